@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Creates .venv and installs the package editable with pinned torch/torchvision.
+# Sourced by scripts/lab and scripts/test; re-running is fast when nothing changed
+# (a stamp of pyproject.toml, this file and the requested extras is kept in .venv).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+extras="${1:-}"
+venv="$root/.venv"
+
+python_bin="${PYTHON:-}"
+if [ -z "$python_bin" ]; then
+  for candidate in python3.11 python3.12 python3.10 python3; do
+    if command -v "$candidate" >/dev/null 2>&1; then python_bin="$candidate"; break; fi
+  done
+fi
+[ -n "$python_bin" ] || { echo "setup: no python3 found; install Python 3.11 first" >&2; exit 1; }
+
+case "$(uname -m)" in
+  x86_64) torch_pins="torch==2.14.1 torchvision==0.29.1" ;;
+  aarch64|arm64) torch_pins="torch==2.9.1 torchvision==0.24.1" ;;
+  *) torch_pins="torch torchvision" ;;
+esac
+
+stamp_want="$(cat "$root/pyproject.toml" "$root/scripts/setup.sh" | sha256sum | cut -d' ' -f1) $extras $torch_pins"
+stamp_file="$venv/.setup-stamp"
+if [ -x "$venv/bin/python" ] && [ -f "$stamp_file" ] && [ "$(cat "$stamp_file")" = "$stamp_want" ]; then
+  exit 0
+fi
+
+echo "setup: preparing $venv (torch: $torch_pins; extras: ${extras:-none})"
+[ -x "$venv/bin/python" ] || "$python_bin" -m venv "$venv"
+"$venv/bin/python" -m pip install -q --upgrade pip
+# shellcheck disable=SC2086
+"$venv/bin/python" -m pip install -q $torch_pins
+spec="$root"
+[ -n "$extras" ] && spec="$root[$extras]"
+"$venv/bin/python" -m pip install -q -e "$spec"
+echo "$stamp_want" > "$stamp_file"
+echo "setup: done"

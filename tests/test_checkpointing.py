@@ -1,0 +1,111 @@
+import pytest
+import torch
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint_sequential
+
+from tutorial_utils.checkpointing import forward_segments, segment_boundaries
+from tutorial_utils.models import NetA, vgg16_classifier
+
+
+def gradients_of(model: nn.Module, run) -> dict[str, torch.Tensor]:
+    """Gradients after one backward of ``run()``'s summed loss, from a fixed RNG state."""
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(123)
+    run().sum().backward()
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def test_out_of_range_segments_name_the_valid_range():
+    model = nn.Sequential(nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 2))
+    x = torch.randn(1, 2)
+    with pytest.raises(ValueError, match=r"0 or 1 for no checkpointing, or 2\.\.3"):
+        forward_segments(model, x, 4)
+    with pytest.raises(ValueError, match="out of range"):
+        forward_segments(model, x, -1)
+    with pytest.raises(ValueError, match="integer"):
+        forward_segments(model, x, 2.0)
+
+
+def test_flat_vgg16_with_dropout_in_train_mode_gets_the_plain_gradients():
+    torch.manual_seed(0)
+    model = vgg16_classifier(layout="flat").train()
+    x = torch.randn(2, 3, 32, 32)
+    plain = gradients_of(model, lambda: forward_segments(model, x, 0))
+    assert len(plain) == len(list(model.parameters()))
+    for segments in (2, 7):
+        checkpointed = gradients_of(model, lambda s=segments: forward_segments(model, x, s))
+        assert checkpointed.keys() == plain.keys(), "every parameter receives a gradient"
+        for name, grad in plain.items():
+            assert torch.allclose(checkpointed[name], grad, rtol=1e-4, atol=1e-6), name
+
+
+def test_neta_with_batchnorm_in_train_mode_gets_the_plain_gradients():
+    torch.manual_seed(0)
+    plain_net = NetA(use_checkpoint=False).train()
+    checkpointed_net = NetA(use_checkpoint=True).train()
+    checkpointed_net.load_state_dict(plain_net.state_dict())
+    x = torch.rand(4, 3, 32, 32)
+    plain = gradients_of(plain_net, lambda: plain_net(x))
+    checkpointed = gradients_of(checkpointed_net, lambda: checkpointed_net(x))
+    assert checkpointed.keys() == plain.keys() == {n for n, _ in plain_net.named_parameters()}
+    for name, grad in plain.items():
+        assert torch.allclose(checkpointed[name], grad, rtol=1e-4, atol=1e-6), name
+
+
+def test_reentrant_mode_without_an_input_that_needs_grad_leaves_checkpointed_segments_without_gradients():
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(8, 8), nn.ReLU()) for _ in range(4)])
+    x = torch.randn(3, 8)
+    with pytest.warns(UserWarning, match="None of the inputs have requires_grad"):
+        out = forward_segments(model, x, 2, use_reentrant=True)
+    out.sum().backward()
+    first_segment, last_segment = model[0][0], model[3][0]
+    assert first_segment.weight.grad is None  # silently untrained
+    assert last_segment.weight.grad is not None
+
+    model.zero_grad(set_to_none=True)
+    hacked = x.clone().requires_grad_(True)  # the first article's images.requires_grad=True
+    forward_segments(model, hacked, 2, use_reentrant=True).sum().backward()
+    assert first_segment.weight.grad is not None
+
+    model.zero_grad(set_to_none=True)
+    forward_segments(model, x, 2, use_reentrant=False).sum().backward()
+    assert first_segment.weight.grad is not None  # non-reentrant needs no hack
+
+
+def test_neta_zeros_trick_is_what_reentrant_mode_needs_and_non_reentrant_does_not():
+    x = torch.rand(2, 3, 32, 32)
+
+    def layer1_grad(**kwargs):
+        torch.manual_seed(0)
+        net = NetA(use_checkpoint=True, **kwargs).train()
+        net(x).sum().backward()
+        return net.layer1[0].weight.grad
+
+    # every segment checkpointed, reentrant, input needing no grad: the output has no graph at all
+    with pytest.warns(UserWarning, match="None of the inputs have requires_grad"):
+        with pytest.raises(RuntimeError, match="does not require grad"):
+            layer1_grad(use_reentrant=True, input_requires_grad_trick=False)
+    assert layer1_grad(use_reentrant=True, input_requires_grad_trick=True) is not None
+    assert layer1_grad(use_reentrant=False, input_requires_grad_trick=False) is not None
+
+
+@pytest.mark.parametrize("n_modules,segments", [(10, 2), (40, 6), (7, 3), (5, 1)])
+def test_segment_boundaries_are_the_ranges_checkpoint_sequential_recomputes(n_modules, segments):
+    calls = [0] * n_modules
+    layers = [nn.Linear(4, 4) for _ in range(n_modules)]
+    for index, layer in enumerate(layers):
+        layer.register_forward_hook(lambda *_, i=index: calls.__setitem__(i, calls[i] + 1))
+    model = nn.Sequential(*layers)
+    x = torch.randn(2, 4, requires_grad=True)
+    if segments > 1:  # reentrant recomputes whole segments (non-reentrant may stop early)
+        out = checkpoint_sequential(model, segments, x, use_reentrant=True)
+    else:
+        out = model(x)
+    out.sum().backward()
+    bounds = segment_boundaries(n_modules, segments)
+    assert bounds[0][0] == 0 and bounds[-1][1] == n_modules
+    checkpointed = bounds[:-1]
+    for index in range(n_modules):
+        recomputed = any(start <= index < end for start, end in checkpointed)
+        assert calls[index] == (2 if recomputed else 1), index

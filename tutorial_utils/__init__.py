@@ -1,0 +1,1 @@
+"""Helpers for the gradient-checkpointing tutorial notebooks."""
