@@ -1,0 +1,229 @@
+"""The tracker measures what a hand count of a simple chain predicts; the searches and readers work."""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import pytest
+import torch
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint_sequential
+
+from tutorial_utils.memory import (
+    CATEGORIES,
+    MemoryMonitor,
+    TensorMemoryTracker,
+    cuda_memory_figures,
+    find_max_batch_size,
+    measure_step,
+    nvml_used_mb,
+    sweep_segments,
+    timeline_samples,
+)
+from tutorial_utils.models import NetA
+
+N_BLOCKS, BATCH, WIDTH = 64, 1024, 32  # activations dominate: BATCH >> WIDTH
+FLOAT = 4
+
+
+def linear_chain(n_blocks: int = N_BLOCKS, width: int = WIDTH) -> nn.Sequential:
+    """Equal Linear+ReLU blocks: each keeps exactly one (BATCH, WIDTH) tensor for backward."""
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(n_blocks):
+        layers += [nn.Linear(width, width), nn.ReLU()]
+    return nn.Sequential(*layers)
+
+
+def chain_batch(batch: int = BATCH, width: int = WIDTH) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(1)
+    return torch.randn(batch, width, generator=generator), torch.randint(0, width, (batch,))
+
+
+def parameter_bytes(model: nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+@pytest.fixture(scope="module")
+def plain_and_checkpointed():
+    inputs, targets = chain_batch()
+    segments = round(math.sqrt(2 * N_BLOCKS))  # modules = 2 per block
+    reports = {}
+    for count in (0, segments):
+        model = linear_chain()
+        reports[count] = measure_step(model, inputs, targets, segments=count)
+    return reports, segments
+
+
+def test_plain_peak_is_the_hand_count_not_more(plain_and_checkpointed):
+    reports, _ = plain_and_checkpointed
+    report = reports[0]
+    model = linear_chain()
+    activation = BATCH * WIDTH * FLOAT
+    saved = N_BLOCKS * activation  # one ReLU output per block, also the next Linear's input
+    params = parameter_bytes(model)
+    # inputs + targets, parameters, gradients, momentum, and a few (BATCH, WIDTH) temporaries
+    # (logits, log-softmax, the gradient flowing back, a pre-ReLU output).
+    ceiling = saved + activation + BATCH * 8 + 3 * params + 4 * activation
+    assert saved <= report.peak_bytes <= ceiling
+    assert report.breakdown["parameters"] == params
+    assert report.breakdown["optimizer_state"] == params  # momentum existed before the step
+
+
+def test_sqrt_n_segments_cut_the_peak_several_times(plain_and_checkpointed):
+    reports, segments = plain_and_checkpointed
+    assert reports[0].peak_bytes / reports[segments].peak_bytes > 2.5
+
+
+def test_breakdown_sums_to_the_peak(plain_and_checkpointed):
+    reports, _ = plain_and_checkpointed
+    for report in reports.values():
+        assert set(report.breakdown) == set(CATEGORIES)
+        assert sum(report.breakdown.values()) == report.peak_bytes
+        assert report.baseline_bytes <= report.peak_bytes
+
+
+def _tracked_step(model, inputs, targets, step) -> TensorMemoryTracker:
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    with TensorMemoryTracker(model, optimizer, inputs=(inputs, targets), record_timeline=True) as t:
+        loss = nn.functional.cross_entropy(step(model, inputs), targets)
+        loss.backward()
+        optimizer.step()
+    return t
+
+
+def test_backward_and_recomputation_are_seen():
+    inputs, targets = chain_batch(batch=64)
+    plain = _tracked_step(linear_chain(8), inputs, targets, lambda m, x: m(x))
+    ops = [event.op for event in plain.timeline]
+    assert any("threshold_backward" in op for op in ops)
+
+    def count_addmm(tracker):
+        return sum("addmm" in event.op for event in tracker.timeline)
+
+    for reentrant in (False, True):
+        tracker = _tracked_step(
+            linear_chain(8),
+            inputs.clone().requires_grad_(reentrant),  # reentrant needs an input requiring grad
+            targets,
+            lambda m, x, r=reentrant: checkpoint_sequential(m, 4, x, use_reentrant=r),
+        )
+        # 3 of 4 segments (2 blocks each) run their Linear layers again in backward
+        assert count_addmm(tracker) == count_addmm(plain) + 3 * 2
+
+
+def test_gradients_allocated_in_backward_are_in_the_peak():
+    """Big weights, tiny batch: the peak comes once the gradients exist, i.e. during backward."""
+    model = nn.Sequential(nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+    inputs, targets = torch.randn(2, 512), torch.randint(0, 10, (2,))
+    tracker = _tracked_step(model, inputs, targets, lambda m, x: m(x))
+    assert tracker.breakdown_at_peak["gradients"] == parameter_bytes(model)
+    assert tracker.baseline_bytes < tracker.peak_bytes
+
+
+def test_views_and_in_place_ops_add_no_storage():
+    with TensorMemoryTracker() as tracker:
+        x = torch.ones(1000)
+        view = x.view(10, 100).t()
+        view.add_(1)
+        x.mul_(2)
+        assert tracker.current_bytes == 1000 * FLOAT
+        del x, view
+        assert tracker.current_bytes == 0
+    assert tracker.peak_bytes == 1000 * FLOAT
+
+
+def test_sweep_reports_ratios_to_no_checkpointing():
+    inputs, targets = chain_batch(batch=256)
+    records = sweep_segments(linear_chain(16), inputs, targets, [0, 2, 4])
+    assert [r.segments for r in records] == [0, 2, 4]
+    assert records[0].peak_ratio == 1.0 and records[0].time_ratio == 1.0
+    assert records[2].peak_ratio < 1.0
+    assert all(r.seconds > 0 for r in records)
+
+
+def test_measure_step_refuses_segments_for_a_self_checkpointing_module():
+    with pytest.raises(ValueError, match="segments=0"):
+        measure_step(NetA(), torch.randn(2, 3, 32, 32), torch.tensor([0, 1]), segments=2)
+
+
+def test_checkpointed_neta_fits_a_larger_batch_under_one_budget():
+    """The budget is what checkpointed NetA needs at the largest batch allowed; plain NetA must
+    then stop below it. (Plain SGD keeps it cheap: no optimizer state to outweigh activations.)"""
+    shape, max_batch = (3, 32, 32), 16
+
+    def plain_sgd(parameters):
+        return torch.optim.SGD(parameters, lr=1e-3)
+
+    model = NetA(use_checkpoint=True)
+    inputs, targets = torch.randn(max_batch, *shape), torch.randint(0, 10, (max_batch,))
+    budget = measure_step(
+        model, inputs, targets, optimizer=plain_sgd(model.parameters()), time_step=False
+    ).peak_bytes
+    kwargs = dict(optimizer_factory=plain_sgd, max_batch=max_batch)
+    plain = find_max_batch_size(lambda: NetA(use_checkpoint=False), shape, budget, **kwargs)
+    checkpointed = find_max_batch_size(lambda: NetA(use_checkpoint=True), shape, budget, **kwargs)
+    assert 1 <= plain.batch_size < checkpointed.batch_size == max_batch
+    for result in (plain, checkpointed):
+        assert all(t.fits == (t.peak_bytes <= budget) for t in result.trials)
+        assert max(t.batch_size for t in result.fitting()) == result.batch_size
+        failing = [t.batch_size for t in result.trials if not t.fits]
+        assert all(size > result.batch_size for size in failing)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(budget_bytes=0), dict(sample_shape=()), dict(mode="guess"), dict(max_batch=0)],
+)
+def test_find_max_batch_size_rejects_bad_input(kwargs):
+    args = dict(make_model=NetA, sample_shape=(3, 32, 32), budget_bytes=2**20) | kwargs
+    with pytest.raises(ValueError):
+        find_max_batch_size(**args)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only behaviour")
+def test_cuda_mode_without_cuda_is_a_clear_error():
+    with pytest.raises(ValueError, match="mode='tracked'"):
+        find_max_batch_size(NetA, (3, 32, 32), 2**30, mode="cuda")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only behaviour")
+def test_nvml_and_cuda_readers_give_none_and_a_reason():
+    reading = nvml_used_mb()
+    assert reading.used_mb is None and reading.reason
+    figures = cuda_memory_figures()
+    assert figures.peak_allocated is None and figures.reason
+    report = measure_step(linear_chain(2), *chain_batch(batch=8))
+    assert report.cuda_peak_allocated is None and report.nvml_used_mb is None
+    assert report.cuda_reason and report.nvml_reason
+
+
+def test_monitor_samples_the_tracker_and_stops():
+    model = linear_chain(16)
+    inputs, targets = chain_batch(batch=512)
+    tracker = TensorMemoryTracker(model)
+    with MemoryMonitor(interval_s=0.005, tracker=tracker, device="cpu") as monitor:
+        with tracker:
+            for _ in range(3):
+                nn.functional.cross_entropy(model(inputs), targets).backward()
+    assert len(monitor.samples) >= 2
+    assert any(s.tracked_bytes for s in monitor.samples)
+    times = [s.seconds for s in monitor.samples]
+    assert times == sorted(times)
+    assert not any(t.name == "MemoryMonitor" for t in threading.enumerate())
+
+
+def test_monitor_stops_on_an_exception():
+    with pytest.raises(RuntimeError, match="boom"):
+        with MemoryMonitor(interval_s=0.01) as monitor:
+            raise RuntimeError("boom")
+    assert monitor.samples and not any(t.name == "MemoryMonitor" for t in threading.enumerate())
+
+
+def test_timeline_samples_follow_the_tracker():
+    model = linear_chain(4)
+    inputs, targets = chain_batch(batch=64)
+    tracker = _tracked_step(model, inputs, targets, lambda m, x: m(x))
+    samples = timeline_samples(tracker)
+    assert max(s.tracked_bytes for s in samples) == tracker.peak_bytes

@@ -1,0 +1,565 @@
+"""Memory and time of one training step, on any device: the measurements behind every figure.
+
+``measure_step`` runs forward, backward and an optimizer step under the ``TensorMemoryTracker``
+(tracked peak, any device) and, on CUDA, reads the allocator's peaks and NVML beside it.
+``find_max_batch_size`` is the second article's "largest batch on a small card" as a search, and
+``sweep_segments`` measures one model at several checkpoint segment counts. ``MemoryMonitor``
+samples memory in a background thread for memory-over-time plots.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import torch
+import torch.nn as nn
+
+from tutorial_utils.checkpointing import forward_segments
+from tutorial_utils.nvml import (
+    CudaMemoryFigures,
+    NvmlReading,
+    cuda_memory_figures,
+    cuda_unavailable_reason,
+    nvml_index,
+    nvml_used_mb,
+)
+from tutorial_utils.tracker import CATEGORIES, TensorMemoryTracker, TimelineEvent
+
+__all__ = [
+    "CATEGORIES",
+    "BatchTrial",
+    "CudaMemoryFigures",
+    "MaxBatchResult",
+    "MemoryMonitor",
+    "MemorySample",
+    "NvmlReading",
+    "StepReport",
+    "SweepRecord",
+    "TensorMemoryTracker",
+    "TimelineEvent",
+    "cuda_memory_figures",
+    "find_max_batch_size",
+    "measure_step",
+    "nvml_used_mb",
+    "sweep_segments",
+    "timeline_samples",
+]
+
+MB = 2**20
+OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+
+
+def _mb(value: float | None) -> float | None:
+    return None if value is None else value / MB
+
+
+@dataclass
+class StepReport:
+    """One training step's memory and time. Bytes unless the name says MB; None where absent."""
+
+    peak_bytes: int  # tracked peak of live tensor bytes, baseline included
+    breakdown: dict[str, int]  # the tracked peak split by CATEGORIES
+    seconds: float | None  # wall time of an untracked step (None when not timed)
+    cuda_peak_allocated: int | None
+    cuda_peak_reserved: int | None
+    nvml_used_mb: float | None
+    segments: Any  # as passed to forward_segments (an int, or whatever it accepts)
+    batch_size: int
+    device: str
+    baseline_bytes: int = (
+        0  # tracked bytes alive before the step (parameters, optimizer state, inputs)
+    )
+    cuda_allocated_before: int | None = None  # CUDA allocated bytes before the step
+    cuda_reason: str | None = None  # why the CUDA figures are None
+    nvml_reason: str | None = None  # why nvml_used_mb is None
+
+    @property
+    def peak_mb(self) -> float:
+        return self.peak_bytes / MB
+
+    @property
+    def breakdown_mb(self) -> dict[str, float]:
+        return {name: value / MB for name, value in self.breakdown.items()}
+
+    @property
+    def cuda_peak_allocated_mb(self) -> float | None:
+        return _mb(self.cuda_peak_allocated)
+
+    @property
+    def cuda_peak_reserved_mb(self) -> float | None:
+        return _mb(self.cuda_peak_reserved)
+
+    @property
+    def tracker_error(self) -> float | None:
+        """(tracked peak - CUDA peak allocated) / CUDA peak allocated, on CUDA."""
+        if not self.cuda_peak_allocated:
+            return None
+        return (self.peak_bytes - self.cuda_peak_allocated) / self.cuda_peak_allocated
+
+
+def default_optimizer(parameters: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+    """The first article's optimizer: SGD, lr 1e-3, momentum 0.9."""
+    return torch.optim.SGD(parameters, lr=1e-3, momentum=0.9)
+
+
+def adam_optimizer(parameters: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+    """The second article's optimizer: Adam, lr 1e-3."""
+    return torch.optim.Adam(parameters, lr=1e-3)
+
+
+def prime_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
+    """Create lazily allocated optimizer state with one step on zero gradients.
+
+    Zero gradients leave the weights of SGD (momentum or not) and Adam unchanged, apart from
+    weight decay; Adam's step counter advances by one. Gradients are None afterwards.
+    """
+    for group in optimizer.param_groups:
+        for parameter in group["params"]:
+            if parameter.grad is None and parameter.requires_grad:
+                parameter.grad = torch.zeros_like(parameter)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def _model_device(model: nn.Module) -> torch.device:
+    parameter = next(model.parameters(), None)
+    return parameter.device if parameter is not None else torch.device("cpu")
+
+
+def _check_segments(model: nn.Module, segments: Any) -> None:
+    """Only an ``nn.Sequential`` is split by ``forward_segments``; other modules need 0."""
+    if not isinstance(model, nn.Sequential) and not (isinstance(segments, int) and segments == 0):
+        raise ValueError(
+            f"segments={segments!r} needs an nn.Sequential; {type(model).__name__} checkpoints "
+            "itself (e.g. NetA(use_checkpoint=True)): pass segments=0"
+        )
+
+
+def _forward(model: nn.Module, inputs: torch.Tensor, segments: Any) -> torch.Tensor:
+    """``forward_segments`` for a Sequential; a plain call for modules that checkpoint themselves."""
+    if isinstance(model, nn.Sequential):
+        return forward_segments(model, inputs, segments)
+    return model(inputs)
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _forward_backward_step(model, inputs, targets, segments, optimizer, loss_fn) -> None:
+    """Forward, loss, backward, optimizer step; gradients are expected to be None on entry."""
+    outputs = _forward(model, inputs, segments)
+    loss = loss_fn(outputs, targets)
+    loss.backward()
+    optimizer.step()
+
+
+def measure_step(
+    model: nn.Module,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    segments: Any = 0,
+    optimizer: torch.optim.Optimizer | None = None,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    device: torch.device | str | None = None,
+    *,
+    repeats: int = 1,
+    time_step: bool = True,
+) -> StepReport:
+    """Memory and time of one training step (forward, loss, backward, optimizer step).
+
+    The measured step should look like any later step of a training loop, so optimizer state that
+    is created lazily on the first step (SGD momentum, Adam moments) must exist before it. With
+    ``time_step`` one untracked warm-up step creates it (and warms caches), then ``repeats`` steps
+    are timed without the tracker (whose dispatch overhead would distort the time; the median is
+    reported). Without ``time_step`` the state is created more cheaply by an optimizer step on
+    zero gradients, which leaves SGD/Adam weights unchanged. Then one step runs under the tracker
+    (and with the CUDA peak counters reset). Before each step the gradients are set to None, as
+    ``zero_grad()`` does in the articles' loop, so they are allocated during backward; they are
+    set to None again at the end to give their memory back. The model's weights do change: it is
+    trained for real.
+
+    ``segments`` goes to ``forward_segments`` for an ``nn.Sequential``; other modules (NetA)
+    checkpoint themselves and need ``segments=0``. Defaults: SGD lr 1e-3 momentum 0.9 and
+    cross-entropy, as in the first article.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    _check_segments(model, segments)
+    device = torch.device(device) if device is not None else _model_device(model)
+    model.to(device).train()
+    inputs, targets = inputs.to(device), targets.to(device)
+    optimizer = optimizer if optimizer is not None else default_optimizer(model.parameters())
+    loss_fn = loss_fn if loss_fn is not None else nn.CrossEntropyLoss()
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        _forward_backward_step(model, inputs, targets, segments, optimizer, loss_fn)
+
+    seconds = None
+    if not time_step:
+        prime_optimizer_state(optimizer)
+    else:
+        step()
+        durations = []
+        for _ in range(repeats):
+            _synchronize(device)
+            started = time.perf_counter()
+            step()
+            _synchronize(device)
+            durations.append(time.perf_counter() - started)
+        seconds = statistics.median(durations)
+
+    optimizer.zero_grad(set_to_none=True)
+    cuda_before = None
+    if device.type == "cuda":
+        _synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        cuda_before = torch.cuda.memory_allocated(device)
+    tracker = TensorMemoryTracker(model, optimizer, inputs=(inputs, targets), device=device)
+    with tracker:
+        _forward_backward_step(model, inputs, targets, segments, optimizer, loss_fn)
+    _synchronize(device)
+    figures = cuda_memory_figures(device)
+    nvml = (
+        nvml_used_mb(nvml_index(device))
+        if device.type == "cuda"
+        else NvmlReading(None, f"device {device} is not a CUDA device")
+    )
+    optimizer.zero_grad(set_to_none=True)
+    return StepReport(
+        peak_bytes=tracker.peak_bytes,
+        breakdown=dict(tracker.breakdown_at_peak),
+        seconds=seconds,
+        cuda_peak_allocated=figures.peak_allocated,
+        cuda_peak_reserved=figures.peak_reserved,
+        nvml_used_mb=nvml.used_mb,
+        segments=segments,
+        batch_size=len(inputs),
+        device=str(device),
+        baseline_bytes=tracker.baseline_bytes,
+        cuda_allocated_before=cuda_before,
+        cuda_reason=figures.reason,
+        nvml_reason=nvml.reason,
+    )
+
+
+# -- memory over time -------------------------------------------------------------------------
+
+
+class MemorySample(NamedTuple):
+    """One reading of a ``MemoryMonitor``; None where a source is absent."""
+
+    seconds: float  # since the monitor started
+    tracked_bytes: int | None
+    cuda_allocated_bytes: int | None
+    nvml_used_mb: float | None
+
+
+def timeline_samples(tracker: TensorMemoryTracker) -> list[MemorySample]:
+    """A tracker's op-by-op timeline (``record_timeline=True``) as samples for plotting."""
+    return [MemorySample(e.seconds, e.current_bytes, None, None) for e in tracker.timeline]
+
+
+class MemoryMonitor:
+    """Samples memory every ``interval_s`` in a background thread while a block runs.
+
+    Sources: the tracker's live bytes while it is active (any device), and on CUDA the allocator's
+    allocated bytes and NVML's used MB. A first and a last sample are always taken, and the thread
+    is stopped and joined on leaving the block, exceptions included.
+    """
+
+    def __init__(
+        self,
+        interval_s: float = 0.05,
+        tracker: TensorMemoryTracker | None = None,
+        device: torch.device | str | None = None,
+    ):
+        if interval_s <= 0:
+            raise ValueError(f"interval_s must be positive, got {interval_s}")
+        self.interval_s = interval_s
+        self.tracker = tracker
+        if device is not None:
+            self.device = torch.device(device)
+        else:
+            self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.samples: list[MemorySample] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._started = 0.0
+
+    def sample(self) -> MemorySample:
+        """Read every available source now (and keep the reading)."""
+        tracked = None
+        if self.tracker is not None and self.tracker.active:
+            tracked = self.tracker.current_bytes
+        cuda_allocated = nvml = None
+        if self.device.type == "cuda" and cuda_unavailable_reason() is None:
+            cuda_allocated = torch.cuda.memory_allocated(self.device)
+            nvml = nvml_used_mb(nvml_index(self.device)).used_mb
+        reading = MemorySample(time.perf_counter() - self._started, tracked, cuda_allocated, nvml)
+        self.samples.append(reading)
+        return reading
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+
+    def start(self) -> MemoryMonitor:
+        if self._thread is not None:
+            raise RuntimeError("this MemoryMonitor is already running")
+        self._stop.clear()
+        self._started = time.perf_counter()
+        self.sample()
+        self._thread = threading.Thread(target=self._run, name="MemoryMonitor", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join()
+        self._thread = None
+        self.sample()
+
+    def __enter__(self) -> MemoryMonitor:
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+
+# -- the largest batch under a budget ---------------------------------------------------------
+
+
+@dataclass
+class BatchTrial:
+    """One tried batch size."""
+
+    batch_size: int
+    fits: bool
+    peak_bytes: int | None  # tracked peak (mode "tracked") or CUDA peak allocated (mode "cuda")
+    error: str | None = None  # the out-of-memory message of a failed real run
+
+
+@dataclass
+class MaxBatchResult:
+    """The largest batch size that fits ``budget_bytes`` (0 if none) and every trial."""
+
+    batch_size: int
+    trials: list[BatchTrial]
+    budget_bytes: int
+    segments: Any = 0
+    mode: str = "tracked"
+    device: str = "cpu"
+
+    def fitting(self) -> list[BatchTrial]:
+        return [trial for trial in self.trials if trial.fits]
+
+
+def _validate_search(sample_shape, budget_bytes, mode, max_batch) -> None:
+    if budget_bytes <= 0:
+        raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
+    if len(sample_shape) == 0 or any(int(side) <= 0 for side in sample_shape):
+        raise ValueError(
+            f"sample_shape must be non-empty and positive, e.g. (3, 32, 32); got {sample_shape}"
+        )
+    if mode not in ("tracked", "cuda"):
+        raise ValueError(f"mode must be 'tracked' or 'cuda', got {mode!r}")
+    if max_batch < 1:
+        raise ValueError(f"max_batch must be at least 1, got {max_batch}")
+
+
+def _search(try_batch: Callable[[int], bool], max_batch: int) -> int:
+    """Largest b in 1..max_batch with try_batch(b), by doubling then bisection (fit is monotone)."""
+    fits, fails = 0, max_batch + 1
+    candidate = 1
+    while candidate < fails:
+        if try_batch(candidate):
+            fits = candidate
+            candidate = min(candidate * 2, max_batch) if candidate < max_batch else fails
+        else:
+            fails = candidate
+    while fails - fits > 1:
+        middle = (fits + fails) // 2
+        if try_batch(middle):
+            fits = middle
+        else:
+            fails = middle
+    return fits
+
+
+def find_max_batch_size(
+    make_model: Callable[[], nn.Module],
+    sample_shape: Sequence[int],
+    budget_bytes: int,
+    segments: Any = 0,
+    *,
+    num_classes: int = 10,
+    device: torch.device | str | None = None,
+    mode: str = "tracked",
+    max_batch: int = 256,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    optimizer_factory: OptimizerFactory | None = None,
+) -> MaxBatchResult:
+    """The largest batch whose training step fits ``budget_bytes``: the second article's experiment.
+
+    Every trial builds a fresh model with ``make_model()`` and an optimizer (default Adam, lr 1e-3,
+    as in the second article) and runs ``measure_step`` on random inputs of ``sample_shape``.
+    ``mode="tracked"`` compares the tracked peak (parameters, gradients, optimizer state and
+    activations) with the budget, on any device. ``mode="cuda"`` emulates a small card: it runs for
+    real under ``torch.cuda.set_per_process_memory_fraction(budget / total)``, treats an
+    out-of-memory error as "does not fit", frees everything and goes on; the fraction is restored
+    afterwards. The limit covers everything the process has allocated, other live tensors included.
+    """
+    _validate_search(sample_shape, budget_bytes, mode, max_batch)
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    if mode == "cuda":
+        reason = cuda_unavailable_reason()
+        if reason is not None or device.type != "cuda":
+            raise ValueError(
+                f"mode='cuda' needs a CUDA device ({reason or f'device is {device}'}); "
+                "use mode='tracked' on this machine"
+            )
+    factory = optimizer_factory if optimizer_factory is not None else adam_optimizer
+    generator = torch.Generator().manual_seed(0)
+    trials: list[BatchTrial] = []
+
+    def run_trial(batch_size: int) -> int | None:
+        """The trial's peak: tracked, or CUDA peak allocated in mode "cuda"."""
+        model = make_model().to(device)
+        inputs = torch.randn(batch_size, *sample_shape, generator=generator)
+        targets = torch.randint(0, num_classes, (batch_size,), generator=generator)
+        optimizer = factory(model.parameters())
+        report = measure_step(
+            model, inputs, targets, segments, optimizer, loss_fn, device, time_step=False
+        )
+        return report.cuda_peak_allocated if mode == "cuda" else report.peak_bytes
+
+    def try_batch(batch_size: int) -> bool:
+        if mode == "tracked":
+            peak = run_trial(batch_size)
+            trial = BatchTrial(batch_size, peak <= budget_bytes, peak)
+        else:
+            try:
+                trial = BatchTrial(batch_size, True, run_trial(batch_size))
+            except torch.OutOfMemoryError as error:
+                trial = BatchTrial(batch_size, False, None, str(error).splitlines()[0])
+            gc.collect()
+            torch.cuda.empty_cache()
+        trials.append(trial)
+        return trial.fits
+
+    if mode == "cuda":
+        best = _search_on_small_card(try_batch, max_batch, budget_bytes, device)
+    else:
+        best = _search(try_batch, max_batch)
+    return MaxBatchResult(best, trials, budget_bytes, segments, mode, str(device))
+
+
+def _search_on_small_card(
+    try_batch: Callable[[int], bool], max_batch: int, budget_bytes: int, device: torch.device
+) -> int:
+    """``_search`` with the CUDA allocator capped at ``budget_bytes``, restored afterwards."""
+    total = torch.cuda.get_device_properties(device).total_memory
+    if budget_bytes > total:
+        raise ValueError(f"budget_bytes={budget_bytes} exceeds the device's {total} bytes")
+    previous = torch.cuda.get_per_process_memory_fraction(device)
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch.cuda.set_per_process_memory_fraction(budget_bytes / total, device)
+    try:
+        return _search(try_batch, max_batch)
+    finally:
+        torch.cuda.set_per_process_memory_fraction(previous, device)
+        torch.cuda.empty_cache()
+
+
+# -- segment sweeps ---------------------------------------------------------------------------
+
+
+@dataclass
+class SweepRecord:
+    """One segment count of a sweep; ratios are to the run without checkpointing (0 or 1)."""
+
+    segments: int
+    peak_bytes: int
+    breakdown: dict[str, int]
+    seconds: float
+    cuda_peak_allocated: int | None
+    cuda_peak_reserved: int | None
+    nvml_used_mb: float | None
+    device: str
+    batch_size: int
+    peak_ratio: float | None = None
+    time_ratio: float | None = None
+
+    @property
+    def peak_mb(self) -> float:
+        return self.peak_bytes / MB
+
+    @property
+    def activations_mb(self) -> float:
+        return self.breakdown["activations"] / MB
+
+
+def sweep_segments(
+    model: nn.Sequential,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    segment_counts: Iterable[int],
+    *,
+    optimizer_factory: OptimizerFactory | None = None,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    device: torch.device | str | None = None,
+    repeats: int = 1,
+) -> list[SweepRecord]:
+    """``measure_step`` at each segment count on the same model and inputs, side by side.
+
+    Each count gets a fresh optimizer (default SGD, lr 1e-3, momentum 0.9) and starts with the
+    gradients set to None. ``repeats`` timed steps per count; the median is reported.
+    """
+    counts = list(segment_counts)
+    if not counts:
+        raise ValueError("segment_counts is empty: pass e.g. [0, 2, 4]")
+    factory = optimizer_factory if optimizer_factory is not None else default_optimizer
+    records = []
+    for segments in counts:
+        model.zero_grad(set_to_none=True)
+        report = measure_step(
+            model,
+            inputs,
+            targets,
+            segments,
+            factory(model.parameters()),
+            loss_fn,
+            device,
+            repeats=repeats,
+        )
+        records.append(
+            SweepRecord(
+                segments=segments,
+                peak_bytes=report.peak_bytes,
+                breakdown=report.breakdown,
+                seconds=report.seconds,
+                cuda_peak_allocated=report.cuda_peak_allocated,
+                cuda_peak_reserved=report.cuda_peak_reserved,
+                nvml_used_mb=report.nvml_used_mb,
+                device=report.device,
+                batch_size=report.batch_size,
+            )
+        )
+    plain = next((r for r in records if r.segments in (0, 1)), None)
+    if plain is not None:
+        for record in records:
+            record.peak_ratio = record.peak_bytes / plain.peak_bytes
+            record.time_ratio = record.seconds / plain.seconds
+    return records

@@ -1,0 +1,115 @@
+"""What the driver and the CUDA caching allocator say about GPU memory; None with a reason elsewhere.
+
+Three figures, three meanings:
+
+* NVML "used" (``nvml_used_mb``): the number ``nvidia-smi`` and the first article print. It is the
+  whole device's used memory: the CUDA context (hundreds of MB), cuDNN/cuBLAS workspaces, the
+  caching allocator's reserved-but-free blocks, and other processes. That is why it is larger than
+  ``max_memory_allocated`` and why it hardly moves when a step frees tensors.
+* CUDA allocated (``torch.cuda.memory_allocated`` / ``max_memory_allocated``): bytes in live
+  tensors (rounded to 512-byte blocks) plus allocator-served workspaces: what the tracker mirrors.
+* CUDA reserved (``memory_reserved`` / ``max_memory_reserved``): what the caching allocator holds
+  from the driver, allocated or cached for reuse.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import torch
+
+
+class NvmlReading(NamedTuple):
+    """NVML's used memory of one device in MiB, or None and why."""
+
+    used_mb: float | None
+    reason: str | None = None
+
+
+class CudaMemoryFigures(NamedTuple):
+    """The CUDA caching allocator's counters in bytes, or None and why."""
+
+    allocated: int | None
+    reserved: int | None
+    peak_allocated: int | None
+    peak_reserved: int | None
+    reason: str | None = None
+
+    @property
+    def peak_allocated_mb(self) -> float | None:
+        return None if self.peak_allocated is None else self.peak_allocated / 2**20
+
+
+@functools.lru_cache(maxsize=1)
+def _nvml() -> tuple[object | None, str | None]:
+    """The initialised ``pynvml`` module once per process, or None and the reason it is absent."""
+    try:
+        import pynvml
+    except ImportError:
+        return None, "pynvml is not installed (pip install nvidia-ml-py)"
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as error:
+        return None, f"no NVIDIA driver reachable through NVML ({error})"
+    return pynvml, None
+
+
+def _nvml_handle(nvml, device_index: int):
+    """The NVML handle of the CUDA device ``device_index``, matched by UUID when CUDA knows it.
+
+    CUDA's and NVML's device numbers differ when ``CUDA_VISIBLE_DEVICES`` reorders devices.
+    """
+    if torch.cuda.is_available() and device_index < torch.cuda.device_count():
+        uuid = str(torch.cuda.get_device_properties(device_index).uuid)
+        try:
+            return nvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
+        except nvml.NVMLError:
+            pass
+    return nvml.nvmlDeviceGetHandleByIndex(device_index)
+
+
+def nvml_used_mb(device_index: int = 0) -> NvmlReading:
+    """Device memory in use as ``nvidia-smi`` reports it (see the module docstring for why it is
+    larger than the tensors alive); None with a one-line reason where there is no NVIDIA driver."""
+    nvml, reason = _nvml()
+    if nvml is None:
+        return NvmlReading(None, reason)
+    try:
+        info = nvml.nvmlDeviceGetMemoryInfo(_nvml_handle(nvml, device_index))
+    except nvml.NVMLError as error:
+        return NvmlReading(None, f"NVML could not read device {device_index} ({error})")
+    return NvmlReading(info.used / 2**20, None)
+
+
+def cuda_unavailable_reason() -> str | None:
+    """Why the CUDA figures are absent, or None when CUDA is usable."""
+    if torch.cuda.is_available():
+        return None
+    if torch.version.cuda is None:
+        return f"torch {torch.__version__} is a CPU-only build"
+    return f"no CUDA device visible (torch {torch.__version__} built for CUDA {torch.version.cuda})"
+
+
+def cuda_memory_figures(device: torch.device | str | int | None = None) -> CudaMemoryFigures:
+    """Allocated/reserved bytes now and at their peaks since the last reset; None off CUDA."""
+    reason = cuda_unavailable_reason()
+    if reason is None and device is not None and torch.device(device).type != "cuda":
+        reason = f"device {device} is not a CUDA device"
+    if reason is not None:
+        return CudaMemoryFigures(None, None, None, None, reason)
+    return CudaMemoryFigures(
+        allocated=torch.cuda.memory_allocated(device),
+        reserved=torch.cuda.memory_reserved(device),
+        peak_allocated=torch.cuda.max_memory_allocated(device),
+        peak_reserved=torch.cuda.max_memory_reserved(device),
+    )
+
+
+def nvml_index(device: torch.device | str | int | None) -> int:
+    """The CUDA index of ``device`` (the current device when unspecified)."""
+    if isinstance(device, int):
+        return device
+    if device is not None and torch.device(device).index is not None:
+        return torch.device(device).index
+    return torch.cuda.current_device() if torch.cuda.is_available() else 0
