@@ -3,9 +3,11 @@
 import math
 
 import pytest
+import torch
 from matplotlib.figure import Figure
 
 from tutorial_utils.checkpointing import segment_boundaries
+from tutorial_utils.memory import sweep_segments
 from tutorial_utils.toy_graph import (
     CONVENTIONS,
     ORDERS,
@@ -16,10 +18,14 @@ from tutorial_utils.toy_graph import (
     build_tree,
     chain_cost,
     chain_tree,
+    compare_with_model,
     draw_graph,
+    equal_blocks_chain,
     evaluation_order,
     evaluation_steps,
     every_kth_layer_cost,
+    forward_peak_bytes,
+    measured_vs_model_figure,
     node_positions,
     optimal_k,
     peak_growth,
@@ -258,3 +264,43 @@ def test_panels_keep_slider_ranges_consistent():
 
     leaves = growth_panel().children[1]
     assert (leaves.min, leaves.max) == (2, 64)
+
+
+@pytest.fixture(scope="module")
+def small_chain():
+    torch.manual_seed(0)
+    n_blocks, width, batch = 8, 16, 128
+    model = equal_blocks_chain(n_blocks, width)
+    inputs = torch.randn(batch, width)
+    targets = torch.randint(0, width, (batch,))
+    return model, inputs, targets, batch * width * 4
+
+
+def test_equal_blocks_chain_has_one_module_per_block():
+    model = equal_blocks_chain(5, 8)
+    assert len(model) == 5
+    assert all(len(block) == 2 for block in model)
+    with pytest.raises(ValueError):
+        equal_blocks_chain(0, 8)
+
+
+def test_measured_activations_follow_the_chain_model_up_to_a_constant(small_chain):
+    model, inputs, targets, unit_bytes = small_chain
+    records = sweep_segments(model, inputs, targets, [0, 2, 4, 8])
+    comparisons = compare_with_model(records, len(model), unit_bytes)
+    assert [c.model_units for c in comparisons] == [
+        sequential_cost(len(model), c.segments).peak_activations for c in comparisons
+    ]
+    extras = [c.extra_units for c in comparisons]
+    assert max(extras) - min(extras) < 0.5, extras
+    assert min(extras) > 0  # the output, the loss and the gradients are real memory too
+    assert isinstance(measured_vs_model_figure(comparisons, len(model), unit_bytes, "t"), Figure)
+
+
+def test_checkpointing_saves_memory_only_when_gradients_are_recorded(small_chain):
+    model, inputs, _, _ = small_chain
+    with_grad = {s: forward_peak_bytes(model, inputs, s, grad_enabled=True) for s in (0, 4)}
+    no_grad = {s: forward_peak_bytes(model, inputs, s, grad_enabled=False) for s in (0, 4)}
+    assert with_grad[4] < with_grad[0]
+    assert no_grad[4] >= no_grad[0]
+    assert no_grad[0] < with_grad[4]

@@ -12,9 +12,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import torch
+import torch.nn as nn
 from matplotlib.figure import Figure
 
-from tutorial_utils.checkpointing import segment_boundaries
+from tutorial_utils.checkpointing import forward_segments, segment_boundaries
+from tutorial_utils.memory import SweepRecord, TensorMemoryTracker
 
 STRATEGIES = ("keep_all", "free_as_you_go")
 ORDERS = ("depth_first", "level_order")
@@ -350,6 +353,69 @@ def sequential_cost(n_layers: int, segments: int) -> ChainCost:
     return chain_cost(n_layers, bounds, [True] * (len(bounds) - 1) + [False])
 
 
+# --- the real thing: a chain of equal blocks, measured ------------------------------------------
+
+
+def equal_blocks_chain(n_blocks: int, width: int) -> nn.Sequential:
+    """``n_blocks`` blocks of Linear(width, width) + ReLU, each one module of the Sequential.
+
+    The ReLU is out of place, so each block leaves exactly one saved tensor of batch x width
+    behind (its output, which is also the next Linear's saved input): one "activation" of the
+    chain model per block.
+    """
+    _check_layer_count(n_blocks)
+    if width < 1:
+        raise ValueError(f"width must be a positive integer, got {width!r}")
+    return nn.Sequential(
+        *(nn.Sequential(nn.Linear(width, width), nn.ReLU()) for _ in range(n_blocks))
+    )
+
+
+@dataclass(frozen=True)
+class ModelComparison:
+    """One measured segment count next to the chain model's prediction, in activation units."""
+
+    segments: int
+    model_units: int  # sequential_cost(...).peak_activations
+    measured_units: float  # tracked "activations" at the step's peak / bytes of one activation
+    peak_bytes: int
+    breakdown: dict[str, int]
+
+    @property
+    def extra_units(self) -> float:
+        """What the measurement holds beyond the model's stored layer inputs."""
+        return self.measured_units - self.model_units
+
+
+def compare_with_model(
+    records: list[SweepRecord], n_blocks: int, unit_bytes: int
+) -> list[ModelComparison]:
+    """Pair each measured sweep record with ``sequential_cost`` of the same segment count."""
+    if unit_bytes <= 0:
+        raise ValueError(f"unit_bytes must be positive, got {unit_bytes}")
+    return [
+        ModelComparison(
+            segments=record.segments,
+            model_units=sequential_cost(n_blocks, record.segments).peak_activations,
+            measured_units=record.breakdown["activations"] / unit_bytes,
+            peak_bytes=record.peak_bytes,
+            breakdown=dict(record.breakdown),
+        )
+        for record in records
+    ]
+
+
+def forward_peak_bytes(
+    model: nn.Sequential, inputs: torch.Tensor, segments: int, *, grad_enabled: bool
+) -> int:
+    """Tracked peak of one forward pass above what existed before it (parameters, inputs)."""
+    with torch.set_grad_enabled(grad_enabled):
+        with TensorMemoryTracker(model, inputs=(inputs,)) as tracker:
+            output = forward_segments(model, inputs, segments, use_reentrant=False)
+        del output
+    return tracker.peak_bytes - tracker.baseline_bytes
+
+
 # --- figures ----------------------------------------------------------------------------------
 
 ALIVE_COLOR = "#f28e2b"
@@ -482,4 +548,36 @@ def chain_cost_figure(n_layers: int, k: int) -> Figure:
     memory_ax.set_title(f"chain of n={n_layers} layers", fontsize=10)
     recompute_ax.set_ylabel("recomputed layer forwards")
     recompute_ax.set_title("extra work", fontsize=10)
+    return figure
+
+
+def measured_vs_model_figure(
+    comparisons: list[ModelComparison], n_blocks: int, unit_bytes: int, title: str
+) -> Figure:
+    """Measured activations next to the model curve (units), and the whole measured peak (MB)."""
+    figure = Figure(figsize=(10, 3.8), layout="constrained")
+    units_ax, breakdown_ax = figure.subplots(1, 2)
+    counts = list(range(0, n_blocks + 1))
+    model = [sequential_cost(n_blocks, count).peak_activations for count in counts]
+    units_ax.plot(counts, model, color="0.4", label="chain model (stored layer inputs)")
+    measured = [c.measured_units for c in comparisons]
+    segments = [c.segments for c in comparisons]
+    units_ax.plot(segments, measured, "o", color=ALIVE_COLOR, label="measured activations at peak")
+    units_ax.plot(segments, [c.model_units for c in comparisons], "x", color="0.2")
+    units_ax.set_xlabel("segments (checkpoint_sequential)")
+    units_ax.set_ylabel(f"activations (1 unit = {unit_bytes / 2**20:.2f} MB)")
+    units_ax.set_ylim(0, max(max(measured), max(model)) * 1.15)
+    units_ax.legend(fontsize=8)
+    units_ax.set_title(title, fontsize=10)
+    bottom = [0.0] * len(comparisons)
+    positions = range(len(comparisons))
+    for category in ("parameters", "optimizer_state", "gradients", "activations"):
+        heights = [c.breakdown[category] / 2**20 for c in comparisons]
+        breakdown_ax.bar(positions, heights, bottom=bottom, label=category.replace("_", " "))
+        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+    breakdown_ax.set_xticks(list(positions), [str(s) for s in segments])
+    breakdown_ax.set_xlabel("segments")
+    breakdown_ax.set_ylabel("tracked peak of the training step (MB)")
+    breakdown_ax.legend(fontsize=8)
+    breakdown_ax.set_title("what the peak is made of", fontsize=10)
     return figure
