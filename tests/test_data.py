@@ -185,7 +185,7 @@ def test_ensure_dogcat_generates_profile_sized_set_when_real_data_absent(
     monkeypatch.setenv(data.DATA_DIR_ENV, str(tmp_path))
     profile = get_profile("ci")
     root, synthetic = data.ensure_dogcat(profile)
-    assert synthetic and root == tmp_path / "synthetic-dogcat-ci"
+    assert synthetic and root == tmp_path / "synthetic-dogcat-ci-32px"
     assert len(list((root / "train").rglob("*.jpg"))) == profile.dogcat_train_images
     assert len(list((root / "test").rglob("*.jpg"))) == profile.dogcat_test_images
     with Image.open(next((root / "test").rglob("*.jpg"))) as image:

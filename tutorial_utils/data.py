@@ -424,6 +424,18 @@ def make_synthetic_dogcat(
     return _build_once(Path(root), manifest, write)
 
 
+def synthetic_dogcat(profile: Profile | None = None, image_size: int | None = None) -> Path:
+    """The generated dog-cat set sized by the profile (one folder per profile and image size)."""
+    profile = profile or get_profile()
+    image_size = image_size or profile.image_size
+    return make_synthetic_dogcat(
+        data_root() / f"synthetic-dogcat-{profile.name}-{image_size}px",
+        profile.dogcat_train_images,
+        profile.dogcat_test_images,
+        image_size,
+    )
+
+
 def ensure_dogcat(profile: Profile | None = None) -> tuple[Path, bool]:
     """The real dog-cat images if present, else a generated set sized by the profile.
 
@@ -433,14 +445,7 @@ def ensure_dogcat(profile: Profile | None = None) -> tuple[Path, bool]:
     real = default_dogcat_root()
     if _has_imagefolder_splits(real) and _read_manifest(real) is None:
         return real, False
-    profile = profile or get_profile()
-    generated = make_synthetic_dogcat(
-        data_root() / f"synthetic-dogcat-{profile.name}",
-        profile.dogcat_train_images,
-        profile.dogcat_test_images,
-        profile.image_size,
-    )
-    return generated, True
+    return synthetic_dogcat(profile), True
 
 
 # --------------------------------------------------------------------------- CIFAR-10 (article 2)
@@ -610,10 +615,18 @@ def make_synthetic_cifar10(root: str | Path, n_train: int, n_test: int, seed: in
     return root
 
 
+def synthetic_cifar10(profile: Profile | None = None) -> Path:
+    """The generated CIFAR-10 set sized by the profile (article profile: the full 50000/10000)."""
+    profile = profile or get_profile()
+    n_train = profile.cifar_train_samples or CIFAR_FULL_SIZES[0]
+    n_test = profile.cifar_test_samples or CIFAR_FULL_SIZES[1]
+    return make_synthetic_cifar10(data_root() / f"synthetic-cifar10-{profile.name}", n_train, n_test)
+
+
 def ensure_cifar10(profile: Profile | None = None) -> tuple[Path, bool]:
     """The real CIFAR-10 if present, else a generated set sized by the profile.
 
-    Never downloads on its own. The article profile (sizes ``None``) gets the full 50000/10000.
+    Never downloads on its own.
     """
     real = data_root()
     real_folder = real / CIFAR_DIRNAME
@@ -621,12 +634,7 @@ def ensure_cifar10(profile: Profile | None = None) -> tuple[Path, bool]:
         _read_manifest(real_folder) is None
     ):
         return real, False
-    profile = profile or get_profile()
-    n_train = profile.cifar_train_samples or CIFAR_FULL_SIZES[0]
-    n_test = profile.cifar_test_samples or CIFAR_FULL_SIZES[1]
-    return make_synthetic_cifar10(
-        data_root() / f"synthetic-cifar10-{profile.name}", n_train, n_test
-    ), True
+    return synthetic_cifar10(profile), True
 
 
 class CifarBatches:

@@ -1,0 +1,95 @@
+"""The project's own promises: profiles, conda/pip agreement, the command line."""
+
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tutorial_utils.profiles import PROFILES, get_profile
+
+ROOT = Path(__file__).resolve().parents[1]
+CONDA_TO_PIP = {"pytorch": "torch"}
+
+
+def requirement_name(spec: str) -> str:
+    return re.split(r"[<>=!~ \[]", spec, maxsplit=1)[0].strip().lower()
+
+
+def test_environment_yml_and_pyproject_name_the_same_runtime_packages():
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    pip_names = {requirement_name(s) for s in pyproject["project"]["dependencies"]}
+    environment = yaml.safe_load((ROOT / "environment.yml").read_text())
+    conda_specs = [d for d in environment["dependencies"] if isinstance(d, str)]
+    conda_names = {CONDA_TO_PIP.get(n, n) for n in map(requirement_name, conda_specs)}
+    conda_names -= {"python", "pip"}
+    assert conda_names == pip_names
+    assert "conda-forge" in environment["channels"]
+    assert any(d.startswith("python=3.11") for d in conda_specs)
+    pip_section = next(d["pip"] for d in environment["dependencies"] if isinstance(d, dict))
+    assert "-e ." in pip_section
+
+
+def test_profile_from_environment_and_unknown_name(monkeypatch):
+    monkeypatch.setenv("TUTORIAL_PROFILE", "cpu")
+    assert get_profile().name == "cpu"
+    assert get_profile("ci").name == "ci"
+    monkeypatch.setenv("TUTORIAL_PROFILE", "huge")
+    with pytest.raises(ValueError, match="one of ci, cpu, article"):
+        get_profile()
+
+
+def test_default_profile_follows_the_hardware(monkeypatch):
+    monkeypatch.delenv("TUTORIAL_PROFILE", raising=False)
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    assert get_profile().name == "article"
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert get_profile().name == "cpu"
+
+
+def test_profiles_grow_from_ci_to_article():
+    ci, cpu, article = PROFILES["ci"], PROFILES["cpu"], PROFILES["article"]
+    assert ci.image_size < cpu.image_size < article.image_size == 224
+    assert article.batch_size == 64 and article.epochs == 10
+    assert article.memory_budget_bytes == int(2.5 * 2**30)
+
+
+def run_cli(*args: str, env_profile: str = "ci") -> subprocess.CompletedProcess:
+    env = {"TUTORIAL_PROFILE": env_profile, "PATH": "/usr/bin:/bin"}
+    return subprocess.run(
+        [sys.executable, "-m", "tutorial_utils", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["train", "--experiment", "resnet"], "invalid choice"),
+        (["train", "--experiment", "vgg16-dogcat", "--epochs", "0"], "positive integer"),
+        (
+            ["train", "--experiment", "vgg16-dogcat", "--segments", "11", "--data", "synthetic"],
+            "out of range",
+        ),
+        (
+            ["train", "--experiment", "neta-cifar10", "--segments", "3", "--data", "synthetic"],
+            "use --segments 0",
+        ),
+        (
+            ["train", "--experiment", "vgg16-dogcat", "--data", "/nonexistent/dogcat"],
+            "/nonexistent/dogcat",
+        ),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line_and_no_traceback(args, message):
+    result = run_cli(*args)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

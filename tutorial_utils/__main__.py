@@ -1,0 +1,123 @@
+"""Command line: ``python -m tutorial_utils train|bench``, the notebooks' experiments headless."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from tutorial_utils.profiles import PROFILES, describe_device, get_profile
+
+
+class CleanArgumentParser(argparse.ArgumentParser):
+    """Bad arguments end in one line and exit status 2, never a traceback."""
+
+    def error(self, message: str) -> None:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = CleanArgumentParser(
+        prog="python -m tutorial_utils",
+        description="Run the gradient-checkpointing tutorial's experiments without a notebook.",
+        epilog=f"Sizes come from the profile in $TUTORIAL_PROFILE ({', '.join(PROFILES)}).",
+    )
+    commands = parser.add_subparsers(
+        dest="command", required=True, parser_class=CleanArgumentParser
+    )
+    train = commands.add_parser(
+        "train",
+        help="train one article's model, printing its per-epoch log line and a JSON summary",
+        description="Train an article's model; unset options take the active profile's sizes.",
+    )
+    train.add_argument(
+        "--experiment",
+        required=True,
+        choices=("vgg16-dogcat", "neta-cifar10"),
+        help="first article (VGG16, dogs vs cats) or second article (NetA, CIFAR-10)",
+    )
+    train.add_argument(
+        "--segments",
+        type=int,
+        default=0,
+        help="checkpoint segments: vgg16-dogcat 0..10 (0/1 = none, 2 = the article); "
+        "neta-cifar10 0 or 5 (the article's five checkpointed segments)",
+    )
+    train.add_argument("--batch-size", type=positive_int, help="training batch size")
+    train.add_argument("--epochs", type=positive_int, help="number of epochs")
+    train.add_argument("--image-size", type=positive_int, help="input side in pixels")
+    train.add_argument(
+        "--data",
+        help="dataset folder, or 'synthetic' for generated files in the real formats "
+        "(default: the downloaded dataset under data/, else generated)",
+    )
+    train.add_argument("--checkpoint-dir", help="save each epoch's state_dict here and resume")
+    train.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    commands.add_parser(
+        "bench",
+        help="print peak memory and step time with and without checkpointing (active profile)",
+    )
+    return parser
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from tutorial_utils.experiments import BUILDERS
+    from tutorial_utils.training import train_model
+
+    profile = get_profile()
+    experiment = BUILDERS[args.experiment](
+        profile, args.segments, args.batch_size, args.image_size, args.data
+    )
+    print(f"profile={profile.name} device={describe_device()} experiment={experiment.name}")
+    if experiment.synthetic_data:
+        print(f"NOTE: generated data at {experiment.data_root} (the real dataset is absent)")
+    history = train_model(
+        experiment.model,
+        experiment.loss_fn,
+        experiment.optimizer,
+        experiment.train_loader,
+        experiment.val_loader,
+        epochs=args.epochs or profile.epochs,
+        segments=experiment.segments,
+        checkpoint_dir=args.checkpoint_dir,
+        progress=not args.no_progress,
+        track_memory=True,
+        label=f"{experiment.name} segments={args.segments}",
+    )
+    summary = {
+        "experiment": experiment.name,
+        "profile": profile.name,
+        "device": describe_device(),
+        "segments": args.segments,
+        "synthetic_data": experiment.synthetic_data,
+        "epochs": history.as_rows(),
+    }
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "train":
+            return run_train(args)
+        from tutorial_utils.bench import bench_main
+
+        return bench_main()
+    except (ValueError, FileNotFoundError, RuntimeError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
