@@ -1,0 +1,104 @@
+"""Panels compute only when asked, pass the control values through, and redraw their output."""
+
+from __future__ import annotations
+
+import base64
+
+import matplotlib
+import matplotlib.pyplot as plt
+import pytest
+
+from tutorial_utils.widgets import (
+    RunPanel,
+    batch_size_slider,
+    budget_slider,
+    result_outputs,
+    segment_slider,
+)
+
+matplotlib.use("Agg")
+
+
+def memory_view(segments: int, batch_size: int, budget_mb: float):
+    """A compute function of the kind notebooks pass: a figure (pyplot-managed) and a line."""
+    fig, ax = plt.subplots()
+    ax.bar(["budget", "need"], [budget_mb, batch_size * (10 - segments)])
+    return fig, f"segments={segments} batch={batch_size} budget={budget_mb:.0f} MB"
+
+
+def make_panel(calls: list) -> RunPanel:
+    def compute(**values):
+        calls.append(values)
+        return memory_view(**values)
+
+    controls = {
+        "segments": segment_slider(9, value=2),
+        "batch_size": batch_size_slider(max_batch=32, value=8),
+        "budget_mb": budget_slider(max_mb=100, value=40),
+    }
+    return RunPanel(controls, compute, title="memory against segments")
+
+
+def test_sliders_start_where_asked():
+    assert (segment_slider(10).value, segment_slider(10).max) == (0, 10)
+    assert batch_size_slider(max_batch=64, value=16).value == 16
+    assert budget_slider(max_mb=2560, value=2560, step_mb=10).value == 2560
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: segment_slider(0),
+        lambda: segment_slider(4, value=5),
+        lambda: batch_size_slider(max_batch=4, value=8),
+        lambda: budget_slider(max_mb=10, value=20),
+    ],
+)
+def test_slider_bad_ranges_are_clear_errors(make):
+    with pytest.raises(ValueError, match="need"):
+        make()
+
+
+def test_run_panel_computes_on_run_only_and_redraws():
+    calls = []
+    panel = make_panel(calls)
+    assert calls == [] and panel.output.outputs == ()
+    figures_before = set(plt.get_fignums())
+
+    panel.run()
+    assert calls == [{"segments": 2, "batch_size": 8, "budget_mb": 40.0}]
+    image, text = panel.output.outputs
+    assert base64.b64decode(image["data"]["image/png"]).startswith(b"\x89PNG")
+    assert text["text"].startswith("segments=2 batch=8")
+    assert set(plt.get_fignums()) == figures_before  # the figure was closed after display
+
+    panel.controls["segments"].value = 5
+    assert "click Run" in panel.status.value and len(calls) == 1  # no recompute on change
+    panel.button.click()  # what the Run button does
+    assert calls[-1]["segments"] == 5
+    assert panel.output.outputs[1]["text"].startswith("segments=5")
+    assert panel.runs == 2 and not panel.button.disabled
+
+
+def test_run_panel_shows_errors_and_recovers():
+    def compute(segments):
+        if segments > 3:
+            raise ValueError("segments=4 is out of range")
+        return "fine"
+
+    panel = RunPanel({"segments": segment_slider(8, value=4)}, compute)
+    with pytest.raises(ValueError):
+        panel.run()
+    (error,) = panel.output.outputs
+    assert error["name"] == "stderr" and "out of range" in error["text"]
+    assert not panel.button.disabled
+    panel.button.click()  # a click shows the error instead of raising into the front end
+    panel.controls["segments"].value = 1
+    panel.run()
+    assert panel.output.outputs[0]["text"] == "fine\n"
+
+
+def test_result_outputs_accept_figure_text_or_both():
+    fig, _ = plt.subplots()
+    assert [o["output_type"] for o in result_outputs(fig)] == ["display_data"]
+    assert [o["output_type"] for o in result_outputs(("a", None))] == ["stream"]

@@ -1,0 +1,271 @@
+"""The tutorial's figures. Each function returns a matplotlib Figure, titled with device and profile.
+
+Figures are detached from pyplot before they are returned: a notebook shows the returned figure
+once (not once more at the end of the cell), and figures made in a loop or a widget callback do
+not pile up in pyplot's registry.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from tutorial_utils.profiles import describe_device, get_profile
+from tutorial_utils.tracker import CATEGORIES
+
+MB = 2**20
+CATEGORY_COLORS = {
+    "parameters": "#4c72b0",
+    "gradients": "#dd8452",
+    "optimizer_state": "#55a868",
+    "activations": "#c44e52",
+}
+
+
+def figure_subtitle(device: Any = None, profile_name: str | None = None) -> str:
+    """'profile ci · cpu (2 cores, torch ...)': where a figure's numbers come from."""
+    return f"profile {get_profile(profile_name).name} · {describe_device(device)}"
+
+
+def _new_figure(ncols: int = 1, width: float = 7.0, height: float = 4.2):
+    fig, axes = plt.subplots(1, ncols, figsize=(width, height), squeeze=False)
+    plt.close(fig)  # detached: displayed once when returned, never leaked
+    return fig, list(axes[0])
+
+
+def _finish(fig: Figure, title: str, subtitle: str | None, device: Any) -> Figure:
+    fig.suptitle(f"{title}\n{subtitle or figure_subtitle(device)}", fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def _first_device(items: Iterable[Any]) -> Any:
+    return next((getattr(item, "device", None) for item in items), None)
+
+
+def plot_memory_over_time(
+    runs: Mapping[str, Sequence[Any]], *, subtitle: str | None = None, device: Any = None
+) -> Figure:
+    """Memory against time for several runs (e.g. with and without checkpointing).
+
+    Each run is a sequence of ``MemorySample`` (``MemoryMonitor.samples`` or
+    ``timeline_samples(tracker)``); every source present is drawn: tracked bytes (solid), CUDA
+    allocated (dashed), NVML used (dotted).
+    """
+    if not runs:
+        raise ValueError("runs is empty: pass {'label': monitor.samples, ...}")
+    fig, (ax,) = _new_figure()
+    sources = (
+        ("tracked_bytes", "tracked", "-", 1 / MB),
+        ("cuda_allocated_bytes", "CUDA allocated", "--", 1 / MB),
+        ("nvml_used_mb", "NVML used", ":", 1.0),
+    )
+    for index, (label, samples) in enumerate(runs.items()):
+        color = f"C{index}"
+        for field, source, style, scale in sources:
+            points = [(s.seconds, getattr(s, field)) for s in samples]
+            points = [(t, value * scale) for t, value in points if value is not None]
+            if points:
+                times, values = zip(*points, strict=True)
+                ax.plot(times, values, style, color=color, label=f"{label}: {source}")
+    ax.set_xlabel("time since start (s)")
+    ax.set_ylabel("memory (MB)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _finish(fig, "Memory over time", subtitle, device)
+
+
+def plot_breakdown(reports: Mapping[str, Any], *, subtitle: str | None = None) -> Figure:
+    """Stacked bars of the tracked peak by category, one bar per ``StepReport``.
+
+    The CUDA peak allocated is marked beside a bar where it was measured.
+    """
+    if not reports:
+        raise ValueError("reports is empty: pass {'label': measure_step(...), ...}")
+    fig, (ax,) = _new_figure(width=max(5.0, 1.3 * len(reports) + 3))
+    labels = list(reports)
+    bottoms = [0.0] * len(labels)
+    for category in CATEGORIES:
+        heights = [reports[label].breakdown.get(category, 0) / MB for label in labels]
+        ax.bar(labels, heights, bottom=bottoms, color=CATEGORY_COLORS[category], label=category)
+        bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
+    cuda_marked = False
+    for position, label in enumerate(labels):
+        report = reports[label]
+        ax.annotate(
+            f"{report.peak_bytes / MB:.1f}",
+            (position, bottoms[position]),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
+        if getattr(report, "cuda_peak_allocated", None) is not None:
+            ax.plot(
+                position + 0.45,
+                report.cuda_peak_allocated / MB,
+                "k<",
+                label=None if cuda_marked else "CUDA peak allocated",
+            )
+            cuda_marked = True
+    ax.set_ylabel("tracked peak memory (MB)")
+    ax.set_xlabel("run")
+    ax.legend(fontsize=8)
+    return _finish(fig, "Peak memory by category", subtitle, _first_device(reports.values()))
+
+
+def plot_segment_sweep(
+    records: Sequence[Any], n_modules: int | None = None, *, subtitle: str | None = None
+) -> Figure:
+    """Peak memory (left axis) and step time (right axis) against the checkpoint segment count.
+
+    ``records`` are ``SweepRecord``s; with ``n_modules`` the sqrt(n) rule of thumb is marked.
+    """
+    if not records:
+        raise ValueError("records is empty: pass sweep_segments(...)")
+    records = sorted(records, key=lambda r: r.segments)
+    segments = [r.segments for r in records]
+    fig, (ax,) = _new_figure()
+    ax.plot(segments, [r.peak_bytes / MB for r in records], "o-", color="C0", label="tracked peak")
+    ax.plot(
+        segments,
+        [r.breakdown["activations"] / MB for r in records],
+        "s--",
+        color="C0",
+        alpha=0.6,
+        label="activations at peak",
+    )
+    cuda = [
+        (r.segments, r.cuda_peak_allocated / MB)
+        for r in records
+        if getattr(r, "cuda_peak_allocated", None) is not None
+    ]
+    if cuda:
+        ax.plot(*zip(*cuda, strict=True), "^:", color="C2", label="CUDA peak allocated")
+    ax.set_xlabel("checkpoint segments (0/1 = none)")
+    ax.set_ylabel("peak memory (MB)", color="C0")
+    ax.set_ylim(bottom=0)
+    time_ax = ax.twinx()
+    time_ax.plot(segments, [r.seconds for r in records], "D-", color="C3", label="step time")
+    time_ax.set_ylabel("step time (s)", color="C3")
+    time_ax.set_ylim(bottom=0)
+    if n_modules:
+        ax.axvline(
+            math.sqrt(n_modules),
+            color="gray",
+            linestyle=":",
+            label=f"sqrt(n) = {math.sqrt(n_modules):.1f}",
+        )
+    handles, names = ax.get_legend_handles_labels()
+    time_handles, time_names = time_ax.get_legend_handles_labels()
+    ax.legend(handles + time_handles, names + time_names, fontsize=8, loc="upper center")
+    ax.grid(alpha=0.3)
+    return _finish(fig, "Memory and time against segment count", subtitle, _first_device(records))
+
+
+def plot_batch_search(
+    results: Mapping[str, Any],
+    budget_bytes: int,
+    quoted: Mapping[str, int] | None = None,
+    *,
+    subtitle: str | None = None,
+) -> Figure:
+    """Peak memory of every tried batch size, the budget line and the largest fitting batch.
+
+    ``results`` are ``MaxBatchResult``s; ``quoted`` optionally maps a label to the batch size an
+    article reports, drawn as a dotted vertical line for comparison. Trials that ran out of memory
+    for real (no peak) are drawn as crosses on the budget line.
+    """
+    if not results:
+        raise ValueError("results is empty: pass {'label': find_max_batch_size(...), ...}")
+    fig, (ax,) = _new_figure()
+    budget_mb = budget_bytes / MB
+    ax.axhline(budget_mb, color="black", linestyle="--", label=f"budget {budget_mb:.0f} MB")
+    for index, (label, result) in enumerate(results.items()):
+        color = f"C{index}"
+        measured = sorted(
+            (t.batch_size, t.peak_bytes / MB) for t in result.trials if t.peak_bytes is not None
+        )
+        if measured:
+            ax.plot(*zip(*measured, strict=True), "o-", color=color, label=label)
+        failed = [t.batch_size for t in result.trials if t.peak_bytes is None]
+        if failed:
+            ax.plot(
+                failed,
+                [budget_mb] * len(failed),
+                "x",
+                color=color,
+                markersize=9,
+                label=f"{label}: out of memory",
+            )
+        if result.batch_size:
+            ax.axvline(result.batch_size, color=color, alpha=0.5)
+            ax.annotate(
+                f"largest fitting: {result.batch_size}",
+                (result.batch_size, budget_mb),
+                xytext=(4, 6 + 12 * index),
+                textcoords="offset points",
+                color=color,
+                fontsize=8,
+            )
+        if quoted and label in quoted:
+            ax.axvline(
+                quoted[label],
+                color=color,
+                linestyle=":",
+                label=f"{label}: article's {quoted[label]}",
+            )
+    ax.set_xlabel("batch size")
+    ax.set_ylabel("peak memory (MB)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _finish(
+        fig, "Largest batch under a memory budget", subtitle, _first_device(results.values())
+    )
+
+
+def plot_histories(
+    histories: Mapping[str, Any], *, subtitle: str | None = None, device: Any = None
+) -> Figure:
+    """Accuracy, loss and seconds per epoch of several training runs, side by side.
+
+    Each value is a ``History`` (anything with ``.records`` of epoch records) or the records
+    themselves; validation curves are solid, training curves dashed.
+    """
+    if not histories:
+        raise ValueError("histories is empty: pass {'label': history, ...}")
+    fig, (acc_ax, loss_ax, time_ax) = _new_figure(ncols=3, width=13.0)
+    for index, (label, history) in enumerate(histories.items()):
+        records = list(getattr(history, "records", history))
+        color = f"C{index}"
+        epochs = [r.epoch for r in records]
+        for ax, name in ((acc_ax, "accuracy"), (loss_ax, "loss")):
+            ax.plot(
+                epochs,
+                [getattr(r, f"val_{name}") for r in records],
+                "o-",
+                color=color,
+                label=f"{label} (validation)",
+            )
+            train = [
+                (r.epoch, getattr(r, f"train_{name}"))
+                for r in records
+                if getattr(r, f"train_{name}") is not None
+            ]
+            if train:
+                ax.plot(*zip(*train, strict=True), "--", color=color, label=f"{label} (train)")
+        time_ax.plot(epochs, [r.seconds for r in records], "o-", color=color, label=label)
+    acc_ax.set_ylabel("accuracy (%)")
+    loss_ax.set_ylabel("loss (cross-entropy)")
+    time_ax.set_ylabel("training time per epoch (s)")
+    time_ax.set_ylim(bottom=0)
+    for ax in (acc_ax, loss_ax, time_ax):
+        ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return _finish(fig, "Training histories", subtitle, device)

@@ -1,0 +1,185 @@
+"""Widget panels the notebooks share: sliders, and a Run button that starts the expensive work.
+
+The work itself is a plain function of the control values (``compute(**values)``), so tests call
+it, and ``RunPanel.run()``, without a browser. Only ipywidgets APIs that 7.7 and 8 share are used.
+Results are written into the Output widget's ``outputs`` directly (a PNG per figure, text as a
+stream), which needs no kernel-side capture and renders the same in JupyterLab, Notebook and Colab.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import ipywidgets as widgets
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+WIDE_LABEL = {"description_width": "initial"}
+
+
+def segment_slider(
+    max_segments: int, value: int = 0, description: str = "checkpoint segments"
+) -> widgets.IntSlider:
+    """0..max_segments; 0 (and 1) mean no checkpointing."""
+    if max_segments < 1 or not 0 <= value <= max_segments:
+        raise ValueError(
+            f"need max_segments >= 1 and 0 <= value <= max_segments, got {max_segments}, {value}"
+        )
+    return widgets.IntSlider(
+        value=value,
+        min=0,
+        max=max_segments,
+        step=1,
+        description=description,
+        continuous_update=False,
+        style=WIDE_LABEL,
+    )
+
+
+def batch_size_slider(
+    max_batch: int = 64, value: int = 8, min_batch: int = 1, description: str = "batch size"
+) -> widgets.IntSlider:
+    """Batch sizes min_batch..max_batch."""
+    if not 1 <= min_batch <= value <= max_batch:
+        raise ValueError(
+            f"need 1 <= min_batch <= value <= max_batch, got {min_batch}, {value}, {max_batch}"
+        )
+    return widgets.IntSlider(
+        value=value,
+        min=min_batch,
+        max=max_batch,
+        step=1,
+        description=description,
+        continuous_update=False,
+        style=WIDE_LABEL,
+    )
+
+
+def budget_slider(
+    max_mb: float,
+    value: float,
+    min_mb: float = 1.0,
+    step_mb: float = 1.0,
+    description: str = "memory budget (MB)",
+) -> widgets.FloatSlider:
+    """A memory budget in MB (multiply by 2**20 for bytes)."""
+    if not 0 < min_mb <= value <= max_mb or step_mb <= 0:
+        raise ValueError(
+            f"need 0 < min_mb <= value <= max_mb and step_mb > 0, got {min_mb}, {value}, {max_mb}, {step_mb}"
+        )
+    return widgets.FloatSlider(
+        value=value,
+        min=min_mb,
+        max=max_mb,
+        step=step_mb,
+        description=description,
+        continuous_update=False,
+        readout_format=".0f",
+        style=WIDE_LABEL,
+    )
+
+
+def figure_output(figure: Figure, dpi: int = 90) -> dict:
+    """A figure as a notebook display_data output (PNG); the figure is closed afterwards."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+    plt.close(figure)  # pyplot-managed figures would otherwise accumulate
+    return {
+        "output_type": "display_data",
+        "data": {
+            "image/png": base64.b64encode(buffer.getvalue()).decode("ascii"),
+            "text/plain": "<Figure>",
+        },
+        "metadata": {},
+    }
+
+
+def text_output(text: str, name: str = "stdout") -> dict:
+    """Text as a notebook stream output (monospaced, so tables stay aligned)."""
+    return {
+        "output_type": "stream",
+        "name": name,
+        "text": text if text.endswith("\n") else text + "\n",
+    }
+
+
+def result_outputs(result: Any) -> tuple[dict, ...]:
+    """Notebook outputs for what a compute function returns: a Figure, a str, or a tuple of them."""
+    items = result if isinstance(result, tuple | list) else (result,)
+    outputs = []
+    for item in items:
+        if item is None:
+            continue
+        outputs.append(figure_output(item) if isinstance(item, Figure) else text_output(str(item)))
+    return tuple(outputs)
+
+
+class RunPanel:
+    """Controls, a Run button and an output area; ``compute(**values)`` runs on click only.
+
+    ``controls`` maps ``compute``'s keyword names to value widgets. Changing a control marks the
+    shown result as stale instead of recomputing it, since a step can take seconds or minutes.
+    Display ``panel.widget``; call ``panel.run()`` to compute from code or tests.
+    """
+
+    def __init__(
+        self,
+        controls: Mapping[str, widgets.ValueWidget],
+        compute: Callable[..., Any],
+        title: str = "",
+        button_description: str = "Run",
+    ):
+        self.controls = dict(controls)
+        self.compute = compute
+        self.runs = 0
+        self.last_result: Any = None
+        self.button = widgets.Button(description=button_description, button_style="primary")
+        self.status = widgets.Label(value="click Run to compute")
+        self.output = widgets.Output()
+        header = [widgets.HTML(value=f"<b>{title}</b>")] if title else []
+        self.widget = widgets.VBox(
+            [
+                *header,
+                *self.controls.values(),
+                widgets.HBox([self.button, self.status]),
+                self.output,
+            ]
+        )
+        self.button.on_click(self._on_click)
+        for control in self.controls.values():
+            control.observe(self._mark_stale, names="value")
+
+    def values(self) -> dict[str, Any]:
+        """The controls' current values, by keyword."""
+        return {name: control.value for name, control in self.controls.items()}
+
+    def run(self) -> Any:
+        """Compute from the current values and redraw the output; errors are shown, then raised."""
+        self.button.disabled = True
+        self.status.value = "running..."
+        try:
+            result = self.compute(**self.values())
+        except Exception as error:
+            self.output.outputs = (text_output(f"{type(error).__name__}: {error}", "stderr"),)
+            self.status.value = "failed (see below)"
+            raise
+        finally:
+            self.button.disabled = False
+        self.output.outputs = result_outputs(result)
+        self.runs += 1
+        self.last_result = result
+        self.status.value = f"done (run {self.runs})"
+        return result
+
+    def _on_click(self, _button: widgets.Button) -> None:
+        try:
+            self.run()
+        except Exception:  # already shown in the output area
+            pass
+
+    def _mark_stale(self, _change: dict) -> None:
+        if self.runs:
+            self.status.value = "controls changed: click Run to update"
