@@ -3,8 +3,10 @@
 The article adds the leaves 1, 2, 4, 5 of a small tree up to 12 and says that storing every node
 costs 7 units while freeing the inputs of each sum costs 3. Whether it is 3 depends on how one
 counts, so the counting convention is an explicit argument here and every peak is computed by
-walking the evaluation, never asserted. The chain model at the end is the same bookkeeping for
-backprop through ``n`` layers: keep every activation, or keep every k-th and recompute the rest.
+walking the evaluation, never asserted. The chain model is the same bookkeeping for backprop
+through ``n`` layers: keep every activation, or keep every k-th and recompute the rest; a real
+chain of equal blocks, measured by ``tutorial_utils.memory``, is set beside it. The figures are
+notebook 01's (each returns a Figure).
 """
 
 from __future__ import annotations
