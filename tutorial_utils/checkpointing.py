@@ -6,9 +6,14 @@ checkpoints all but the last, so ``segments=1`` checkpoints nothing; we treat 0 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
 import torch
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint_sequential
+
+if TYPE_CHECKING:
+    from tutorial_utils.planner import Plan
 
 
 def validate_segments(model: nn.Sequential, segments: int) -> int:
@@ -24,15 +29,29 @@ def validate_segments(model: nn.Sequential, segments: int) -> int:
     return segments
 
 
+@runtime_checkable
+class CheckpointStrategy(Protocol):
+    """Anything that runs a Sequential's forward its own way: a ``planner.Plan``, selective
+    checkpointing, offloading. Accepted wherever a segment count is."""
+
+    def forward(
+        self, model: nn.Sequential, x: torch.Tensor, use_reentrant: bool, preserve_rng_state: bool
+    ) -> torch.Tensor: ...
+
+
 def forward_segments(
     model: nn.Sequential,
     x: torch.Tensor,
-    segments: int,
+    segments: int | CheckpointStrategy,
     *,
     use_reentrant: bool = False,
     preserve_rng_state: bool = True,
 ) -> torch.Tensor:
-    """``model(x)``, checkpointed in ``segments`` segments when ``segments >= 2``."""
+    """``model(x)``, checkpointed in ``segments`` segments when ``segments >= 2``, or as a plan says."""
+    if isinstance(segments, CheckpointStrategy) and not isinstance(segments, nn.Module):
+        return segments.forward(
+            model, x, use_reentrant=use_reentrant, preserve_rng_state=preserve_rng_state
+        )
     validate_segments(model, segments)
     if segments <= 1:
         return model(x)
@@ -53,3 +72,12 @@ def segment_boundaries(n_modules: int, segments: int) -> list[tuple[int, int]]:
     bounds = [(start, start + size) for start in range(0, size * (segments - 1), size)]
     bounds.append((size * (segments - 1), n_modules))
     return bounds
+
+
+def plan_checkpoints(
+    model: nn.Sequential, sample_input: torch.Tensor, budget_bytes: int | None = None
+) -> Plan:
+    """Where to checkpoint ``model``, chosen by cost: see ``tutorial_utils.planner``."""
+    from tutorial_utils.planner import plan_checkpoints as plan  # the planner imports this module
+
+    return plan(model, sample_input, budget_bytes)
