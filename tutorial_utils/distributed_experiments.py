@@ -297,6 +297,20 @@ def compare_ddp_cases(
     return summaries
 
 
+def format_ddp_cases(summaries: list[DDPCaseSummary]) -> str:
+    """One line per case: what was combined, what happened, whether the gradients are right."""
+    lines = [f"{'case':<36}{'backward':<10}{'gradients == one process'}", "-" * 70]
+    for summary in summaries:
+        outcome = "FAILED" if summary.error else "ok"
+        equal = (
+            "-"
+            if summary.gradients_equal_single_process is None
+            else summary.gradients_equal_single_process
+        )
+        lines.append(f"{summary.case.name:<36}{outcome:<10}{equal}")
+    return "\n".join(lines)
+
+
 MIB = 2**20
 SINGLE_PROCESS = "single process"
 DISTRIBUTED_SETUPS = ("DDP", "DDP + checkpointing", "FSDP", "FSDP + checkpointing")
@@ -575,11 +589,12 @@ def memory_comparison_panel(
 ) -> widgets.VBox:
     """Sliders for depth and global batch, a Run button that re-runs ``compare_memory``."""
     depth = widgets.IntSlider(value=config.depth, min=2, max=4 * config.depth, description="blocks")
+    batch_step = world_size * max(1, config.global_batch // (8 * world_size))
     batch = widgets.IntSlider(
         value=config.global_batch,
-        min=world_size,
+        min=batch_step,
         max=4 * config.global_batch,
-        step=world_size * max(1, config.global_batch // (8 * world_size)),
+        step=batch_step,  # a multiple of world_size: every rank gets an equal share
         description="global batch",
         style={"description_width": "initial"},
     )
