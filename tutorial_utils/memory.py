@@ -10,7 +10,6 @@ samples memory in a background thread for memory-over-time plots.
 from __future__ import annotations
 
 import gc
-import statistics
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -65,6 +64,7 @@ class StepReport:
 
     peak_bytes: int  # tracked peak of live tensor bytes, baseline included
     breakdown: dict[str, int]  # the tracked peak split by CATEGORIES
+    activation_peak_bytes: int  # most activations/other bytes alive at any moment of the step
     seconds: float | None  # wall time of an untracked step (None when not timed)
     cuda_peak_allocated: int | None
     cuda_peak_reserved: int | None
@@ -82,6 +82,10 @@ class StepReport:
     @property
     def peak_mb(self) -> float:
         return self.peak_bytes / MB
+
+    @property
+    def activation_peak_mb(self) -> float:
+        return self.activation_peak_bytes / MB
 
     @property
     def breakdown_mb(self) -> dict[str, float]:
@@ -178,8 +182,8 @@ def measure_step(
     The measured step should look like any later step of a training loop, so optimizer state that
     is created lazily on the first step (SGD momentum, Adam moments) must exist before it. With
     ``time_step`` one untracked warm-up step creates it (and warms caches), then ``repeats`` steps
-    are timed without the tracker (whose dispatch overhead would distort the time; the median is
-    reported). Without ``time_step`` the state is created more cheaply by an optimizer step on
+    are timed without the tracker (whose dispatch overhead would distort the time; the fastest is
+    reported, as ``timeit`` does: slower repeats measure interference from other work). Without ``time_step`` the state is created more cheaply by an optimizer step on
     zero gradients, which leaves SGD/Adam weights unchanged. Then one step runs under the tracker
     (and with the CUDA peak counters reset). Before each step the gradients are set to None, as
     ``zero_grad()`` does in the articles' loop, so they are allocated during backward; they are
@@ -215,7 +219,7 @@ def measure_step(
             step()
             _synchronize(device)
             durations.append(time.perf_counter() - started)
-        seconds = statistics.median(durations)
+        seconds = min(durations)
 
     optimizer.zero_grad(set_to_none=True)
     cuda_before = None
@@ -237,6 +241,7 @@ def measure_step(
     return StepReport(
         peak_bytes=tracker.peak_bytes,
         breakdown=dict(tracker.breakdown_at_peak),
+        activation_peak_bytes=tracker.activation_peak_bytes,
         seconds=seconds,
         cuda_peak_allocated=figures.peak_allocated,
         cuda_peak_reserved=figures.peak_reserved,
@@ -493,6 +498,7 @@ class SweepRecord:
     segments: int
     peak_bytes: int
     breakdown: dict[str, int]
+    activation_peak_bytes: int
     seconds: float
     cuda_peak_allocated: int | None
     cuda_peak_reserved: int | None
@@ -507,8 +513,8 @@ class SweepRecord:
         return self.peak_bytes / MB
 
     @property
-    def activations_mb(self) -> float:
-        return self.breakdown["activations"] / MB
+    def activation_peak_mb(self) -> float:
+        return self.activation_peak_bytes / MB
 
 
 def sweep_segments(
@@ -525,7 +531,7 @@ def sweep_segments(
     """``measure_step`` at each segment count on the same model and inputs, side by side.
 
     Each count gets a fresh optimizer (default SGD, lr 1e-3, momentum 0.9) and starts with the
-    gradients set to None. ``repeats`` timed steps per count; the median is reported.
+    gradients set to None. ``repeats`` timed steps per count; the fastest is reported.
     """
     counts = list(segment_counts)
     if not counts:
@@ -549,6 +555,7 @@ def sweep_segments(
                 segments=segments,
                 peak_bytes=report.peak_bytes,
                 breakdown=report.breakdown,
+                activation_peak_bytes=report.activation_peak_bytes,
                 seconds=report.seconds,
                 cuda_peak_allocated=report.cuda_peak_allocated,
                 cuda_peak_reserved=report.cuda_peak_reserved,

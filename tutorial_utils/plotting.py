@@ -133,11 +133,11 @@ def plot_segment_sweep(
     ax.plot(segments, [r.peak_bytes / MB for r in records], "o-", color="C0", label="tracked peak")
     ax.plot(
         segments,
-        [r.breakdown["activations"] / MB for r in records],
+        [r.activation_peak_bytes / MB for r in records],
         "s--",
         color="C0",
         alpha=0.6,
-        label="activations at peak",
+        label="activation peak",
     )
     cuda = [
         (r.segments, r.cuda_peak_allocated / MB)

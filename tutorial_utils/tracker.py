@@ -51,6 +51,8 @@ class _Storage:
     serial: int  # unique for the tracker's lifetime, unlike addresses, which get reused
     nbytes: int
     ref: weakref.ref
+    born: int  # index into the tracker's per-op log at registration
+    kind: str = ""  # "state" (parameters, buffers, optimizer state at entry), "grad" or ""
 
 
 def storage_bytes(storage: torch.UntypedStorage) -> int:
@@ -95,9 +97,15 @@ class TensorMemoryTracker(TorchDispatchMode):
 
     ``breakdown_at_peak`` splits the peak into ``CATEGORIES``: "parameters" (buffers such as
     BatchNorm running statistics included: they are model state too), "gradients" (storages that
-    are some parameter's ``.grad`` at the peak or at exit), "optimizer_state" (storages in
-    ``optimizer.state``, including state created lazily inside the step) and "activations"
-    (activations/other: everything else, such as saved tensors, inputs, the loss, temporaries).
+    were accumulated into some parameter's ``.grad``, seen by a post-accumulate-grad hook),
+    "optimizer_state" (storages in ``optimizer.state``, including state created lazily inside the
+    step) and "activations" (activations/other: everything else, such as saved tensors, inputs,
+    the loss, temporaries).
+
+    ``activation_peak_bytes`` is the largest amount of "activations/other" alive at any moment of
+    the step, which checkpointing cuts even where the overall peak is set by the weights (then
+    ``breakdown_at_peak["activations"]`` hardly moves). It is computed at exit, because a
+    gradient is only recognised once it is accumulated, a few ops after it was allocated.
 
     A storage is counted once however many views share it; in-place ops create no new storage.
     ``device`` restricts the count to one device (as the CUDA statistics are per device).
@@ -122,6 +130,7 @@ class TensorMemoryTracker(TorchDispatchMode):
         self.baseline_bytes = 0
         self.current_bytes = 0
         self.peak_bytes = 0
+        self.activation_peak_bytes = 0
         self.breakdown_at_peak: dict[str, int] = dict.fromkeys(CATEGORIES, 0)
         self._live: dict[
             int, _Storage
@@ -129,8 +138,12 @@ class TensorMemoryTracker(TorchDispatchMode):
         self._serials = itertools.count()
         self._parameter_serials: set[int] = set()
         self._optimizer_serials: set[int] = set()
-        self._grad_serials_at_peak: set[int] = set()
+        self._grad_serials: set[int] = set()  # every storage ever accumulated as a gradient
+        self._grad_lives: list[tuple[int, int, int]] = []  # (born, freed, bytes) of freed grads
+        self._state_bytes = 0  # live bytes of parameters, buffers and optimizer state at entry
+        self._others_log: list[int] = []  # current bytes minus state bytes, after every op
         self._live_at_peak: dict[int, int] = {}  # serial -> bytes
+        self._hooks: list = []
         self._lock = threading.RLock()
         self._started = 0.0
         self._active = False
@@ -157,15 +170,21 @@ class TensorMemoryTracker(TorchDispatchMode):
             if nbytes == 0:
                 return None
             ref = weakref.ref(storage, lambda _ref, key=key: self._on_free(key))
-            self._live[key] = _Storage(next(self._serials), nbytes, ref)
+            entry = _Storage(next(self._serials), nbytes, ref, born=len(self._others_log))
+            self._live[key] = entry
             self.current_bytes += nbytes
-            return self._live[key].serial
+            return entry.serial
 
     def _on_free(self, key: int) -> None:
         with self._lock:
             entry = self._live.pop(key, None)
-            if entry is not None and self._active:
-                self.current_bytes -= entry.nbytes
+            if entry is None or not self._active:
+                return
+            self.current_bytes -= entry.nbytes
+            if entry.kind == "state":
+                self._state_bytes -= entry.nbytes
+            elif entry.kind == "grad":
+                self._grad_lives.append((entry.born, len(self._others_log), entry.nbytes))
 
     def _refresh(self, storage: torch.UntypedStorage) -> None:
         """Follow a resize of a known storage (``out=`` arguments, ``resize_``)."""
@@ -175,6 +194,8 @@ class TensorMemoryTracker(TorchDispatchMode):
                 return
             nbytes = storage_bytes(storage)
             self.current_bytes += nbytes - entry.nbytes
+            if entry.kind == "state":
+                self._state_bytes += nbytes - entry.nbytes
             entry.nbytes = nbytes
 
     def _register_all(self, tensors: Iterable[torch.Tensor]) -> set[int]:
@@ -185,49 +206,70 @@ class TensorMemoryTracker(TorchDispatchMode):
                 serials.add(serial)
         return serials
 
-    def _live_serials(self, tensors: Iterable[torch.Tensor | None]) -> set[int]:
-        """Serials of the followed storages behind ``tensors`` (looked up, never registered)."""
-        serials = set()
+    def _live_entries(self, tensors: Iterable[torch.Tensor | None]) -> list[_Storage]:
+        """The followed storages behind ``tensors`` (looked up, never registered)."""
+        entries = []
         for tensor in tensors:
             storage = _storage_of(tensor)
             if storage is not None and (entry := self._live.get(storage._cdata)) is not None:
-                serials.add(entry.serial)
-        return serials
+                entries.append(entry)
+        return entries
 
-    def _grad_serials(self) -> set[int]:
-        if self.model is None:
-            return set()
-        return self._live_serials(p.grad for p in self.model.parameters())
+    def _tag_grads(self, grads: Iterable[torch.Tensor | None]) -> None:
+        for entry in self._live_entries(grads):
+            if entry.kind == "":
+                entry.kind = "grad"
+                self._grad_serials.add(entry.serial)
 
-    def _note_peak(self) -> None:
-        if self.current_bytes <= self.peak_bytes:
-            return
-        self.peak_bytes = self.current_bytes
-        self._live_at_peak = {entry.serial: entry.nbytes for entry in self._live.values()}
-        self._grad_serials_at_peak = self._grad_serials()
+    def _on_grad_accumulated(self, parameter: torch.Tensor) -> None:
+        with self._lock:
+            self._tag_grads([parameter.grad])
+
+    def _after_op(self) -> None:
+        self._others_log.append(self.current_bytes - self._state_bytes)
+        if self.current_bytes > self.peak_bytes:
+            self.peak_bytes = self.current_bytes
+            self._live_at_peak = {entry.serial: entry.nbytes for entry in self._live.values()}
 
     # -- the dispatch mode --------------------------------------------------------------------
 
     def __enter__(self) -> TensorMemoryTracker:
         with self._lock:
             self._active = True
-            model_tensors = []
+            model_tensors, grads = [], []
             if self.model is not None:
                 model_tensors = [*self.model.parameters(), *self.model.buffers()]
+                grads = [p.grad for p in self.model.parameters() if p.grad is not None]
             self._parameter_serials = self._register_all(model_tensors)
-            grads = [p.grad for p in self.model.parameters()] if self.model is not None else []
-            self._register_all(g for g in grads if g is not None)
             self._optimizer_serials = self._register_all(optimizer_state_tensors(self.optimizer))
+            self._register_all(grads)
             self._register_all(self.inputs)
+            for entry in self._live_entries(
+                [*model_tensors, *optimizer_state_tensors(self.optimizer)]
+            ):
+                entry.kind = "state"
+                self._state_bytes += entry.nbytes
+            self._tag_grads(grads)
+            self._hooks = [
+                p.register_post_accumulate_grad_hook(self._on_grad_accumulated)
+                for p in model_tensors
+                if isinstance(p, nn.Parameter) and p.requires_grad
+            ]
             self.baseline_bytes = self.current_bytes
-            self._note_peak()
+            self._after_op()
         self._started = time.perf_counter()
         return super().__enter__()
 
     def __exit__(self, *exc_info) -> None:
         super().__exit__(*exc_info)
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
         with self._lock:
+            if self.model is not None:
+                self._tag_grads(p.grad for p in self.model.parameters())
             self._classify_peak()
+            self._measure_activation_peak()
             self._active = False
             self._live.clear()  # dropping the weakrefs cancels their callbacks
 
@@ -248,28 +290,46 @@ class TensorMemoryTracker(TorchDispatchMode):
                     self._refresh(storage)
                 else:
                     self._register(storage)
-            self._note_peak()
+            self._after_op()
             if self.record_timeline:
                 elapsed = time.perf_counter() - self._started
                 self.timeline.append(TimelineEvent(elapsed, self.current_bytes, str(func)))
         return out
 
     def _classify_peak(self) -> None:
-        grad_serials = self._grad_serials_at_peak | self._grad_serials()
-        optimizer_serials = self._optimizer_serials | self._live_serials(
-            optimizer_state_tensors(self.optimizer)
-        )
+        optimizer_serials = self._optimizer_serials | {
+            entry.serial for entry in self._live_entries(optimizer_state_tensors(self.optimizer))
+        }
         breakdown = dict.fromkeys(CATEGORIES, 0)
         for serial, nbytes in self._live_at_peak.items():
             if serial in self._parameter_serials:
                 breakdown["parameters"] += nbytes
-            elif serial in grad_serials:
+            elif serial in self._grad_serials:
                 breakdown["gradients"] += nbytes
             elif serial in optimizer_serials:
                 breakdown["optimizer_state"] += nbytes
             else:
                 breakdown["activations"] += nbytes
         self.breakdown_at_peak = breakdown
+
+    def _measure_activation_peak(self) -> None:
+        """max over ops of (live bytes - state - gradients alive then), gradients found late."""
+        steps = len(self._others_log)
+        lives = self._grad_lives + [
+            (entry.born, steps, entry.nbytes)
+            for entry in self._live.values()
+            if entry.kind == "grad"
+        ]
+        grad_change = [0] * (steps + 1)
+        for born, freed, nbytes in lives:
+            grad_change[born] += nbytes
+            grad_change[freed] -= nbytes
+        grads_alive = 0
+        peak = 0
+        for step, others in enumerate(self._others_log):
+            grads_alive += grad_change[step]
+            peak = max(peak, others - grads_alive)
+        self.activation_peak_bytes = peak
 
     @property
     def active(self) -> bool:
