@@ -213,7 +213,9 @@ class DDPCaseResult:
         return self.error is None
 
 
-def run_ddp_cases(ctx: RankContext, config: BlockNetConfig, cases=DDP_CASES) -> list[DDPCaseResult]:
+def run_ddp_cases(
+    ctx: RankContext, config: BlockNetConfig, cases: tuple[DDPCase, ...] = DDP_CASES
+) -> list[DDPCaseResult]:
     """In a rank: one forward/backward per case under DDP, errors caught and reported per case."""
     batch = global_batch(config)
     inputs, labels = (t.to(ctx.device) for t in rank_slice(batch, ctx.rank, ctx.world_size))
@@ -400,7 +402,11 @@ def train_step(
 
 
 def measure_setup(
-    setup: str, config: BlockNetConfig, rank: int = 0, world_size: int = 1, device=None
+    setup: str,
+    config: BlockNetConfig,
+    rank: int = 0,
+    world_size: int = 1,
+    device: torch.device | str | None = None,
 ) -> MemoryRecord:
     """Train ``WARMUP_STEPS`` steps, then track the next one's peak on this rank."""
     device = torch.device(device or "cpu")
