@@ -12,6 +12,7 @@ from torch.utils.checkpoint import checkpoint_sequential
 
 from tutorial_utils.memory import (
     CATEGORIES,
+    MemoryLimitExceeded,
     MemoryMonitor,
     TensorMemoryTracker,
     cuda_memory_figures,
@@ -127,6 +128,24 @@ def test_gradients_allocated_in_backward_are_in_the_peak():
     assert tracker.activation_peak_bytes < 512 * 512 * FLOAT
 
 
+def test_a_limit_stops_the_step_once_live_bytes_exceed_it():
+    model = linear_chain(8)
+    inputs, targets = chain_batch(batch=256)
+
+    def forward_backward(limit_bytes):
+        model.zero_grad(set_to_none=True)
+        tracker = TensorMemoryTracker(model, inputs=(inputs, targets), limit_bytes=limit_bytes)
+        with tracker:
+            nn.functional.cross_entropy(model(inputs), targets).backward()
+        return tracker.peak_bytes
+
+    full = forward_backward(None)
+    limit = full - 1  # just under what the whole step needs
+    with pytest.raises(MemoryLimitExceeded) as stopped:
+        forward_backward(limit)
+    assert stopped.value.live_bytes == full
+
+
 def test_views_and_in_place_ops_add_no_storage():
     with TensorMemoryTracker() as tracker:
         x = torch.ones(1000)
@@ -173,8 +192,9 @@ def test_checkpointed_neta_fits_a_larger_batch_under_one_budget():
     for result in (plain, checkpointed):
         assert all(t.fits == (t.peak_bytes <= budget) for t in result.trials)
         assert max(t.batch_size for t in result.fitting()) == result.batch_size
-        failing = [t.batch_size for t in result.trials if not t.fits]
-        assert all(size > result.batch_size for size in failing)
+        failing = [t for t in result.trials if not t.fits]
+        assert all(t.batch_size > result.batch_size for t in failing)
+        assert all(t.error.startswith("stopped") for t in failing)  # stopped once over budget
 
 
 @pytest.mark.parametrize(

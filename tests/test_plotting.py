@@ -91,7 +91,7 @@ def test_batch_search_draws_budget_and_out_of_memory_trials():
         [
             BatchTrial(2, True, 5 * 2**20),
             BatchTrial(4, True, 9 * 2**20),
-            BatchTrial(8, False, 14 * 2**20),
+            BatchTrial(8, False, 11 * 2**20, "stopped: over budget"),
         ],
         budget,
     )
@@ -102,7 +102,7 @@ def test_batch_search_draws_budget_and_out_of_memory_trials():
     assert_labelled(figure)
     legend = [t.get_text() for t in figure.axes[0].get_legend().get_texts()]
     assert "budget 10 MB" in legend and "plain: article's 23" in legend
-    assert "real run: out of memory" in legend
+    assert "real run: out of memory" in legend and "plain: stopped over budget" in legend
 
 
 def test_histories_three_panels():

@@ -28,13 +28,20 @@ from tutorial_utils.nvml import (
     nvml_index,
     nvml_used_mb,
 )
-from tutorial_utils.tracker import CATEGORIES, TensorMemoryTracker, TimelineEvent
+from tutorial_utils.profiles import default_device
+from tutorial_utils.tracker import (
+    CATEGORIES,
+    MemoryLimitExceeded,
+    TensorMemoryTracker,
+    TimelineEvent,
+)
 
 __all__ = [
     "CATEGORIES",
     "BatchTrial",
     "CudaMemoryFigures",
     "MaxBatchResult",
+    "MemoryLimitExceeded",
     "MemoryMonitor",
     "MemorySample",
     "NvmlReading",
@@ -176,6 +183,7 @@ def measure_step(
     *,
     repeats: int = 1,
     time_step: bool = True,
+    limit_bytes: int | None = None,
 ) -> StepReport:
     """Memory and time of one training step (forward, loss, backward, optimizer step).
 
@@ -188,7 +196,8 @@ def measure_step(
     (and with the CUDA peak counters reset). Before each step the gradients are set to None, as
     ``zero_grad()`` does in the articles' loop, so they are allocated during backward; they are
     set to None again at the end to give their memory back. The model's weights do change: it is
-    trained for real.
+    trained for real. With ``limit_bytes`` the tracked step stops with ``MemoryLimitExceeded`` as
+    soon as its live tensors exceed it.
 
     ``segments`` goes to ``forward_segments`` for an ``nn.Sequential``; other modules (NetA)
     checkpoint themselves and need ``segments=0``. Defaults: SGD lr 1e-3 momentum 0.9 and
@@ -227,9 +236,15 @@ def measure_step(
         _synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
         cuda_before = torch.cuda.memory_allocated(device)
-    tracker = TensorMemoryTracker(model, optimizer, inputs=(inputs, targets), device=device)
-    with tracker:
-        _forward_backward_step(model, inputs, targets, segments, optimizer, loss_fn)
+    tracker = TensorMemoryTracker(
+        model, optimizer, inputs=(inputs, targets), device=device, limit_bytes=limit_bytes
+    )
+    try:
+        with tracker:
+            _forward_backward_step(model, inputs, targets, segments, optimizer, loss_fn)
+    except MemoryLimitExceeded:
+        optimizer.zero_grad(set_to_none=True)
+        raise
     _synchronize(device)
     figures = cuda_memory_figures(device)
     nvml = (
@@ -351,8 +366,10 @@ class BatchTrial:
 
     batch_size: int
     fits: bool
-    peak_bytes: int | None  # tracked peak (mode "tracked") or CUDA peak allocated (mode "cuda")
-    error: str | None = None  # the out-of-memory message of a failed real run
+    # tracked peak (mode "tracked"; for a trial stopped over budget, the bytes when it stopped, a
+    # lower bound) or CUDA peak allocated (mode "cuda"; None when it ran out of memory)
+    peak_bytes: int | None
+    error: str | None = None  # why it does not fit: stopped over budget, or out of memory
 
 
 @dataclass
@@ -420,13 +437,14 @@ def find_max_batch_size(
     Every trial builds a fresh model with ``make_model()`` and an optimizer (default Adam, lr 1e-3,
     as in the second article) and runs ``measure_step`` on random inputs of ``sample_shape``.
     ``mode="tracked"`` compares the tracked peak (parameters, gradients, optimizer state and
-    activations) with the budget, on any device. ``mode="cuda"`` emulates a small card: it runs for
+    activations) with the budget, on any device, stopping a trial as soon as it goes over (so real
+    memory stays near the budget, and failing trials are cheap). ``mode="cuda"`` emulates a small card: it runs for
     real under ``torch.cuda.set_per_process_memory_fraction(budget / total)``, treats an
     out-of-memory error as "does not fit", frees everything and goes on; the fraction is restored
     afterwards. The limit covers everything the process has allocated, other live tensors included.
     """
     _validate_search(sample_shape, budget_bytes, mode, max_batch)
-    device = torch.device(device) if device is not None else torch.device("cpu")
+    device = torch.device(device) if device is not None else default_device()
     if mode == "cuda":
         reason = cuda_unavailable_reason()
         if reason is not None or device.type != "cuda":
@@ -444,15 +462,26 @@ def find_max_batch_size(
         inputs = torch.randn(batch_size, *sample_shape, generator=generator)
         targets = torch.randint(0, num_classes, (batch_size,), generator=generator)
         optimizer = factory(model.parameters())
+        limit = budget_bytes if mode == "tracked" else None
         report = measure_step(
-            model, inputs, targets, segments, optimizer, loss_fn, device, time_step=False
+            model,
+            inputs,
+            targets,
+            segments,
+            optimizer,
+            loss_fn,
+            device,
+            time_step=False,
+            limit_bytes=limit,
         )
         return report.cuda_peak_allocated if mode == "cuda" else report.peak_bytes
 
     def try_batch(batch_size: int) -> bool:
         if mode == "tracked":
-            peak = run_trial(batch_size)
-            trial = BatchTrial(batch_size, peak <= budget_bytes, peak)
+            try:
+                trial = BatchTrial(batch_size, True, run_trial(batch_size))
+            except MemoryLimitExceeded as stopped:
+                trial = BatchTrial(batch_size, False, stopped.live_bytes, f"stopped: {stopped}")
         else:
             try:
                 trial = BatchTrial(batch_size, True, run_trial(batch_size))

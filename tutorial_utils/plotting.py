@@ -177,8 +177,9 @@ def plot_batch_search(
     """Peak memory of every tried batch size, the budget line and the largest fitting batch.
 
     ``results`` are ``MaxBatchResult``s; ``quoted`` optionally maps a label to the batch size an
-    article reports, drawn as a dotted vertical line for comparison. Trials that ran out of memory
-    for real (no peak) are drawn as crosses on the budget line.
+    article reports, drawn as a dotted vertical line for comparison. Tracked trials stopped once
+    over budget are hollow circles (their memory when stopped), trials that ran out of memory for
+    real (no peak) crosses on the budget line.
     """
     if not results:
         raise ValueError("results is empty: pass {'label': find_max_batch_size(...), ...}")
@@ -187,11 +188,24 @@ def plot_batch_search(
     ax.axhline(budget_mb, color="black", linestyle="--", label=f"budget {budget_mb:.0f} MB")
     for index, (label, result) in enumerate(results.items()):
         color = f"C{index}"
-        measured = sorted(
-            (t.batch_size, t.peak_bytes / MB) for t in result.trials if t.peak_bytes is not None
+        completed = sorted(
+            (t.batch_size, t.peak_bytes / MB) for t in result.trials if t.error is None
         )
-        if measured:
-            ax.plot(*zip(*measured, strict=True), "o-", color=color, label=label)
+        if completed:
+            ax.plot(*zip(*completed, strict=True), "o-", color=color, label=label)
+        stopped = [
+            (t.batch_size, t.peak_bytes / MB)
+            for t in result.trials
+            if t.error is not None and t.peak_bytes is not None
+        ]
+        if stopped:
+            ax.plot(
+                *zip(*stopped, strict=True),
+                "o",
+                color=color,
+                fillstyle="none",
+                label=f"{label}: stopped over budget",
+            )
         failed = [t.batch_size for t in result.trials if t.peak_bytes is None]
         if failed:
             ax.plot(

@@ -87,6 +87,18 @@ def optimizer_state_tensors(optimizer: torch.optim.Optimizer | None) -> list[tor
     ]
 
 
+class MemoryLimitExceeded(RuntimeError):
+    """Raised by a tracker with ``limit_bytes`` as soon as live tensors exceed it."""
+
+    def __init__(self, live_bytes: int, limit_bytes: int):
+        super().__init__(
+            f"live tensors reached {live_bytes / 2**20:.1f} MB, over the limit of "
+            f"{limit_bytes / 2**20:.1f} MB"
+        )
+        self.live_bytes = live_bytes
+        self.limit_bytes = limit_bytes
+
+
 class TensorMemoryTracker(TorchDispatchMode):
     """Peak live tensor bytes of whatever runs inside ``with tracker:``.
 
@@ -109,6 +121,8 @@ class TensorMemoryTracker(TorchDispatchMode):
 
     A storage is counted once however many views share it; in-place ops create no new storage.
     ``device`` restricts the count to one device (as the CUDA statistics are per device).
+    ``limit_bytes`` stops the step with ``MemoryLimitExceeded`` as soon as the live bytes exceed
+    it, so a search over batch sizes never holds much more than its budget in real memory.
     """
 
     def __init__(
@@ -119,6 +133,7 @@ class TensorMemoryTracker(TorchDispatchMode):
         inputs: Iterable[torch.Tensor] = (),
         device: torch.device | str | None = None,
         record_timeline: bool = False,
+        limit_bytes: int | None = None,
     ):
         super().__init__()
         self.model = model
@@ -126,6 +141,7 @@ class TensorMemoryTracker(TorchDispatchMode):
         self.inputs = tuple(inputs)
         self.device = torch.device(device) if device is not None else None
         self.record_timeline = record_timeline
+        self.limit_bytes = limit_bytes
         self.timeline: list[TimelineEvent] = []
         self.baseline_bytes = 0
         self.current_bytes = 0
@@ -231,6 +247,10 @@ class TensorMemoryTracker(TorchDispatchMode):
             self.peak_bytes = self.current_bytes
             self._live_at_peak = {entry.serial: entry.nbytes for entry in self._live.values()}
 
+    def _check_limit(self) -> None:
+        if self.limit_bytes is not None and self.current_bytes > self.limit_bytes:
+            raise MemoryLimitExceeded(self.current_bytes, self.limit_bytes)
+
     # -- the dispatch mode --------------------------------------------------------------------
 
     def __enter__(self) -> TensorMemoryTracker:
@@ -294,6 +314,7 @@ class TensorMemoryTracker(TorchDispatchMode):
             if self.record_timeline:
                 elapsed = time.perf_counter() - self._started
                 self.timeline.append(TimelineEvent(elapsed, self.current_bytes, str(func)))
+        self._check_limit()
         return out
 
     def _classify_peak(self) -> None:
