@@ -64,7 +64,7 @@ def run_bench(
     """One row per model and checkpoint setting, measured now at the profile's sizes."""
     profile = profile if isinstance(profile, Profile) else get_profile(profile)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    repeats = 2 if profile.name == "ci" else 3
+    repeats = 1 if profile.name == "ci" else 3  # ci: keep the whole run near a minute
     batch = profile.sweep_batch_size
     torch.manual_seed(0)
     rows = []
