@@ -27,13 +27,16 @@ if [ -x "$venv/bin/python" ] && [ -f "$stamp_file" ] && [ "$(cat "$stamp_file")"
   exit 0
 fi
 
+# This machine's pip mirrors print a warning per package for absent local folders: drop those.
+quiet_pip() { "$venv/bin/python" -m pip install -q "$@" 2> >(grep -v "is ignored: it is neither" >&2); }
+
 echo "setup: preparing $venv (torch: $torch_pins; extras: ${extras:-none})"
 [ -x "$venv/bin/python" ] || "$python_bin" -m venv "$venv"
-"$venv/bin/python" -m pip install -q --upgrade pip
+quiet_pip --upgrade pip
 # shellcheck disable=SC2086
-"$venv/bin/python" -m pip install -q $torch_pins
+quiet_pip $torch_pins
 spec="$root"
 [ -n "$extras" ] && spec="$root[$extras]"
-"$venv/bin/python" -m pip install -q -e "$spec"
+quiet_pip -e "$spec"
 echo "$stamp_want" > "$stamp_file"
 echo "setup: done"
