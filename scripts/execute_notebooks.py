@@ -1,0 +1,86 @@
+"""Re-execute notebooks in place so their committed outputs come from one complete, known run.
+
+Each notebook is stamped (Colab URLs), then run top to bottom by this environment's Python kernel
+with ``TUTORIAL_PROFILE`` set; its first cell prints the profile and hardware. A notebook that
+raises is left untouched on disk, so a committed notebook never carries an error.
+
+Usage: python scripts/execute_notebooks.py [--profile ci|cpu|article] [notebooks...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import ipykernel.kernelspec
+import nbformat
+from jupyter_client import KernelManager
+from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+from stamp_colab import notebook_paths, repository_url, stamp_notebook
+
+from tutorial_utils.profiles import PROFILE_ENV, PROFILES, default_profile_name
+
+
+class CurrentEnvKernelSpecs(KernelSpecManager):
+    """Always this interpreter's ipykernel, whatever kernels the user has installed elsewhere."""
+
+    def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
+        return KernelSpec(
+            resource_dir=ipykernel.kernelspec.RESOURCES, **ipykernel.kernelspec.get_kernel_dict()
+        )
+
+
+def execute_notebook(path: Path, repo_url: str, cell_timeout: int | None) -> None:
+    """Stamp and run one notebook; write it back only when every cell succeeded."""
+    notebook = nbformat.read(path, as_version=4)
+    problems = stamp_notebook(notebook, path.name, repo_url)
+    if problems:
+        raise ValueError(f"{path}: " + "; ".join(problems))
+    kernel = KernelManager(kernel_name="python3", kernel_spec_manager=CurrentEnvKernelSpecs())
+    client = NotebookClient(
+        notebook,
+        km=kernel,
+        timeout=cell_timeout,
+        resources={"metadata": {"path": str(path.parent)}},
+    )
+    client.execute()
+    nbformat.write(notebook, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--profile",
+        choices=sorted(PROFILES),
+        default=os.environ.get(PROFILE_ENV) or default_profile_name(),
+        help="experiment sizes (default: $TUTORIAL_PROFILE, else cpu, or article with CUDA)",
+    )
+    parser.add_argument(
+        "--cell-timeout", type=int, default=None, help="seconds per cell (default: no limit)"
+    )
+    parser.add_argument("notebooks", nargs="*", help="default: notebooks/*.ipynb")
+    args = parser.parse_args(argv)
+    os.environ[PROFILE_ENV] = args.profile
+    os.environ.pop("MPLBACKEND", None)  # the kernel's inline backend stores figures as outputs
+    repo_url = repository_url()
+    failed = []
+    for path in notebook_paths(args.notebooks):
+        print(f"{path} (profile {args.profile}) ...", flush=True)
+        started = time.perf_counter()
+        try:
+            execute_notebook(path, repo_url, args.cell_timeout)
+        except (CellExecutionError, CellTimeoutError, DeadKernelError, ValueError) as error:
+            print(f"{path}: FAILED, left unchanged:\n{error}", file=sys.stderr)
+            failed.append(path)
+            continue
+        print(f"{path}: done in {time.perf_counter() - started:.1f} s", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""The committed notebooks, read without running them: Colab-ready, from one complete clean run.
+
+nbval re-runs the notebooks, but it cannot tell whether the outputs a reader sees on GitHub came
+from a top-to-bottom run (scripts/execute_notebooks.py) or from cells run by hand out of order,
+nor whether an error was committed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+BADGE_PREFIX = "[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]("
+COLAB_GUARD = '"google.colab" in sys.modules'
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+
+by_name = pytest.mark.parametrize("notebook_path", NOTEBOOKS, ids=lambda path: path.stem)
+
+
+def executed_code_cells(notebook: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
+    """Code cells a run executes (nbclient skips empty cells and those tagged skip-execution)."""
+    return [
+        cell
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        and cell.source.strip()
+        and "skip-execution" not in cell.metadata.get("tags", [])
+    ]
+
+
+def stored_outputs(notebook: nbformat.NotebookNode) -> list[dict]:
+    """Cell outputs, plus those captured inside Output widgets (stored in the widget state)."""
+    outputs = [output for cell in notebook.cells for output in cell.get("outputs", [])]
+    state = notebook.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    for model in state.values():
+        outputs.extend(model.get("state", {}).get("outputs", []))
+    return outputs
+
+
+def test_there_are_notebooks() -> None:
+    assert NOTEBOOKS, "no notebooks/*.ipynb found"
+
+
+def test_colab_urls_are_stamped_from_pyproject() -> None:
+    check = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "stamp_colab.py"), "--check"],
+        capture_output=True,
+        text=True,
+    )
+    assert check.returncode == 0, check.stderr
+
+
+@by_name
+def test_opens_with_title_and_colab_badge(notebook_path: Path) -> None:
+    first = nbformat.read(notebook_path, as_version=4).cells[0]
+    assert first.cell_type == "markdown", "the first cell must be the markdown introduction"
+    lines = [line for line in first.source.splitlines() if line.strip()]
+    before_badge = []
+    for line in lines:
+        if line.startswith(BADGE_PREFIX):
+            break
+        before_badge.append(line)
+    assert len(before_badge) < len(lines), f"no Colab badge line in the first cell: {lines[:3]}"
+    assert all(line.startswith("#") for line in before_badge), (
+        f"only the title may come before the Colab badge, found {before_badge}"
+    )
+
+
+@by_name
+def test_first_code_cell_is_the_colab_setup(notebook_path: Path) -> None:
+    notebook = nbformat.read(notebook_path, as_version=4)
+    setup = next(cell for cell in notebook.cells if cell.cell_type == "code")
+    assert COLAB_GUARD in setup.source, f"the first code cell lacks the guard `{COLAB_GUARD}`"
+    assert "pip install" in setup.source and "REPO_URL" in setup.source
+    assert "report_environment(" in setup.source
+
+
+@by_name
+def test_outputs_come_from_one_complete_run(notebook_path: Path) -> None:
+    cells = executed_code_cells(nbformat.read(notebook_path, as_version=4))
+    counts = [cell.execution_count for cell in cells]
+    assert counts == list(range(1, len(cells) + 1)), (
+        f"execution counts {counts}: re-run with python scripts/execute_notebooks.py"
+    )
+
+
+@by_name
+def test_no_committed_error_outputs(notebook_path: Path) -> None:
+    errors = [
+        f"{output.get('ename')}: {output.get('evalue')}"
+        for output in stored_outputs(nbformat.read(notebook_path, as_version=4))
+        if output.get("output_type") == "error"
+    ]
+    assert not errors, f"committed error outputs: {errors}"
+
+
+@by_name
+def test_first_code_cell_prints_profile_and_device(notebook_path: Path) -> None:
+    notebook = nbformat.read(notebook_path, as_version=4)
+    setup = next(cell for cell in notebook.cells if cell.cell_type == "code")
+    printed = "".join(output.get("text", "") for output in setup.outputs)
+    assert "profile:" in printed and "device:" in printed, (
+        f"the setup cell's stored output should name the profile and device, got {printed!r}"
+    )
