@@ -15,6 +15,7 @@ from tutorial_utils.planner import (
     profile_sequential,
     uniform_boundaries,
 )
+from tutorial_utils.planner_figures import BudgetExplorer, pareto_front, strategy_table
 from tutorial_utils.selective import (
     EXPENSIVE_OPS,
     OffloadedActivations,
@@ -22,6 +23,7 @@ from tutorial_utils.selective import (
     save_expensive_ops_policy,
 )
 from tutorial_utils.tracker import TensorMemoryTracker
+from tutorial_utils.training import train_model
 
 aten = torch.ops.aten
 TOLERANCE = 0.15
@@ -175,6 +177,27 @@ def test_measure_step_and_sweep_segments_accept_plans(chain):
     assert records[1].peak_bytes < records[0].peak_bytes
 
 
+def test_train_model_accepts_a_plan(chain):
+    model, x, y = chain
+    plan = plan_checkpoints(model, x)
+    batches = [(x, y)]
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    history = train_model(
+        model,
+        nn.CrossEntropyLoss(),
+        optimizer,
+        batches,
+        batches,
+        epochs=1,
+        segments=plan,
+        device="cpu",
+        progress=False,
+        evaluate_train=False,
+        log=None,
+    )
+    assert len(history.records) == 1 and "ckpt" in history.label
+
+
 def test_least_peak_plan_beats_every_uniform_split_on_flat_vgg16():
     """The tracked peak of the planned step is below the best of checkpoint_sequential 2..40.
 
@@ -239,3 +262,39 @@ def test_offloading_on_cuda_gives_the_plain_gradients():
     forward_segments(model, x, OffloadedActivations()).sum().backward()
     for grad, p in zip(plain, model.parameters(), strict=True):
         assert torch.allclose(p.grad, grad, rtol=1e-4, atol=1e-5)
+
+
+def test_budget_explorer_replans_when_the_slider_moves(chain):
+    model, x, _ = chain
+    explorer = BudgetExplorer(profile_sequential(model, x), "chain")
+    first = explorer.output.outputs
+    assert first and "image/png" in first[0]["data"]
+    explorer.slider.value = explorer.slider.max
+    assert explorer.output.outputs != first
+    refusal = explorer.explore(0.0)
+    assert isinstance(refusal, str) and "smallest peak any plan reaches" in refusal
+
+
+def test_pareto_front_keeps_only_undominated_rows():
+    rows = [
+        {"name": "a", "t": 1.0, "m": 5.0},
+        {"name": "b", "t": 2.0, "m": 3.0},
+        {"name": "c", "t": 3.0, "m": 4.0},  # slower and bigger than b
+        {"name": "d", "t": 0.5, "m": 9.0},
+    ]
+    assert [row["name"] for row in pareto_front(rows, "t", "m")] == ["d", "a", "b"]
+
+
+def test_strategy_table_lines_up_and_marks_missing_predictions():
+    row = {
+        "checkpointing": "selective, 3 regions",
+        "tracked_peak_mb": 10.0,
+        "added_mb": 4.0,
+        "predicted_added_mb": None,
+        "added_ratio": 0.5,
+        "added_vs_best_uniform": 1.1,
+        "step_seconds": 0.2,
+        "step_ratio": 1.0,
+    }
+    lines = strategy_table([row]).splitlines()
+    assert len(lines) == 2 and len(lines[0]) == len(lines[1]) and "n/a" in lines[1]

@@ -28,6 +28,11 @@ import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
 from tutorial_utils.checkpointing import segment_boundaries
+from tutorial_utils.memory import sweep_segments
+from tutorial_utils.models import vgg16_classifier
+from tutorial_utils.profiles import Profile as TutorialProfile
+from tutorial_utils.profiles import default_device, get_profile
+from tutorial_utils.selective import OffloadedActivations, SelectiveCheckpoint
 
 MB = 2**20
 
@@ -48,15 +53,6 @@ class LayerCost:
     parameter_bytes: int  # its gradients' size, created during its backward
     forward_seconds: float
 
-    @property
-    def kept_bytes(self) -> int:
-        """Bytes this module alone keeps for backward when not checkpointed (bar-chart height)."""
-        return (
-            self.internal_bytes
-            + self.input_bytes * self.saves_input
-            + self.output_bytes * self.saves_output
-        )
-
 
 @dataclass(frozen=True)
 class ModelProfile:
@@ -67,6 +63,23 @@ class ModelProfile:
 
     def __len__(self) -> int:
         return len(self.layers)
+
+    def kept_bytes_per_layer(self) -> list[int]:
+        """Bytes each module keeps for backward without checkpointing, each storage counted once.
+
+        A tensor saved by two modules (a ReLU's output is the next convolution's input) is
+        charged to the first; the batch is left out (it is in the baseline). They sum to
+        ``activation_bytes`` (plus the model's output, should the last module save it).
+        """
+        kept = []
+        for m, layer in enumerate(self.layers):
+            own_input = m > 0 and layer.saves_input and not self.layers[m - 1].saves_output
+            kept.append(
+                layer.internal_bytes
+                + layer.input_bytes * own_input
+                + layer.output_bytes * layer.saves_output
+            )
+        return kept
 
     @property
     def activation_bytes(self) -> int:
@@ -504,3 +517,152 @@ def neta_as_sequential(net: nn.Module) -> nn.Sequential:
     blocks = [getattr(net, f"layer{k}") for k in range(1, 9)]
     convs = [module for block in blocks for module in block]
     return nn.Sequential(*convs, nn.AdaptiveAvgPool2d(1), nn.Flatten(), net.layer9)
+
+
+# -- every strategy, measured side by side --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One way to run the step: ``segments`` is what ``forward_segments`` accepts."""
+
+    name: str
+    kind: str  # none | uniform | sqrt(n) | planned | selective | offload
+    segments: object
+    predicted: Plan | None = None  # the cost model's forecast, where it has one
+
+
+def strategy_menu(
+    model: nn.Sequential,
+    sample_input: torch.Tensor,
+    *,
+    uniform_counts: list[int] | None = None,
+    budget_fractions: tuple[float, ...] = (0.5,),
+    selective_regions: tuple[int, ...] = (),
+) -> list[Strategy]:
+    """No checkpointing, uniform splits (default 2..n), sqrt(n), planned plans, selective, offload.
+
+    Planned budgets sit at ``budget_fractions`` of the way from the least reachable peak to the
+    peak without checkpointing; the least-peak plan is always included. Their names give the
+    budget as bytes added on top of parameters, buffers and batch (activations + gradients), the
+    part a plan changes and ``measure_strategies`` reports as ``added_mb``. Offloading is offered
+    only on CUDA, where it means something.
+    """
+    profile = profile_sequential(model, sample_input)
+    n = len(profile)
+    sqrt_n = max(2, round(math.sqrt(n)))
+    counts = [k for k in (uniform_counts or range(2, n + 1)) if 2 <= k <= n and k != sqrt_n]
+    uniform = {k: evaluate_plan(profile, uniform_boundaries(n, k)) for k in [1, *counts, sqrt_n]}
+    menu = [Strategy("none", "none", 0, uniform[1])]
+    menu += [Strategy(f"uniform {k}", "uniform", k, uniform[k]) for k in counts]
+    menu.append(Strategy(f"sqrt(n) = {sqrt_n}", "sqrt(n)", sqrt_n, uniform[sqrt_n]))
+    least = plan_from_profile(profile)
+    menu.append(Strategy("planned, least peak", "planned", least, least))
+    plain_peak = uniform[1].predicted_peak_bytes
+    for fraction in budget_fractions:
+        budget = int(
+            least.predicted_peak_bytes + fraction * (plain_peak - least.predicted_peak_bytes)
+        )
+        plan = plan_from_profile(profile, budget)
+        label = f"planned, budget {(budget - profile.baseline_bytes) / MB:.1f} MB added"
+        menu.append(Strategy(label, "planned", plan, plan))
+    menu += [
+        Strategy(f"selective, {k} regions", "selective", SelectiveCheckpoint(k))
+        for k in selective_regions
+    ]
+    if sample_input.device.type == "cuda":
+        menu.append(Strategy("offload to CPU", "offload", OffloadedActivations()))
+    return menu
+
+
+def measure_strategies(
+    model: nn.Sequential,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    menu: list[Strategy],
+    *,
+    model_name: str = "",
+    repeats: int = 1,
+) -> list[dict]:
+    """One ``measure_step`` per strategy (same weights, same batch, a fresh SGD each), as rows.
+
+    Columns follow ``python -m tutorial_utils bench`` (ratios to the first strategy, which should
+    be "none"), plus ``added_mb`` (gradients + activations at the tracked peak: what the plan
+    changes) beside ``predicted_added_mb`` and the ratios to the best uniform split measured.
+    """
+    records = sweep_segments(
+        model, inputs, targets, [s.segments for s in menu], device=inputs.device, repeats=repeats
+    )
+    rows = [_strategy_row(model_name, s, r) for s, r in zip(menu, records, strict=True)]
+    base = rows[0]
+    uniform = [row for row in rows if row["kind"] in ("uniform", "sqrt(n)")]
+    best = min(uniform, key=lambda row: row["tracked_peak_mb"], default=None)
+    for row in rows:
+        row["tracked_peak_ratio"] = row["tracked_peak_mb"] / base["tracked_peak_mb"]
+        row["added_ratio"] = row["added_mb"] / base["added_mb"]
+        row["step_ratio"] = row["step_seconds"] / base["step_seconds"]
+        row["tracked_peak_vs_best_uniform"] = (
+            None if best is None else row["tracked_peak_mb"] / best["tracked_peak_mb"]
+        )
+        row["added_vs_best_uniform"] = None if best is None else row["added_mb"] / best["added_mb"]
+        row["step_vs_best_uniform"] = (
+            None if best is None else row["step_seconds"] / best["step_seconds"]
+        )
+    return rows
+
+
+def _strategy_row(model_name: str, strategy: Strategy, record) -> dict:
+    added = record.breakdown["gradients"] + record.breakdown["activations"]
+    predicted = strategy.predicted
+    return {
+        "model": model_name,
+        "checkpointing": strategy.name,
+        "kind": strategy.kind,
+        "plan": str(predicted.boundaries if predicted else strategy.segments),
+        "batch": record.batch_size,
+        "tracked_peak_mb": record.peak_bytes / MB,
+        "added_mb": added / MB,
+        "predicted_added_mb": (
+            None
+            if predicted is None
+            else (predicted.predicted_peak_bytes - predicted.baseline_bytes) / MB
+        ),
+        "activation_peak_mb": record.activation_peak_bytes / MB,
+        "cuda_peak_allocated_mb": (
+            None if record.cuda_peak_allocated is None else record.cuda_peak_allocated / MB
+        ),
+        "nvml_used_mb": record.nvml_used_mb,
+        "step_seconds": record.seconds,
+    }
+
+
+def planner_bench_rows(profile: TutorialProfile | str | None = None) -> list[dict]:
+    """Bench rows for flat VGG16 at the profile's size: none, the best uniform splits, sqrt(n),
+    the planner at its least peak and at two budgets, measured in one run.
+
+    The uniform splits measured are those the cost model ranks best (one in the ci profile,
+    three elsewhere: all 39 would take minutes); ratios are to no checkpointing and to the best
+    uniform split tracked (sqrt(n) included).
+    """
+    profile = profile if isinstance(profile, TutorialProfile) else get_profile(profile)
+    device = default_device()
+    torch.manual_seed(0)
+    model = vgg16_classifier(2, layout="flat").to(device)
+    generator = torch.Generator().manual_seed(0)
+    batch, side = profile.sweep_batch_size, profile.image_size
+    inputs = torch.randn(batch, 3, side, side, generator=generator).to(device)
+    targets = torch.randint(0, 2, (batch,), generator=generator).to(device)
+    quick = profile.name == "ci"
+    menu = strategy_menu(model, inputs, budget_fractions=(0.5,) if quick else (1 / 3, 2 / 3))
+    uniform = sorted(
+        (s for s in menu if s.kind == "uniform"), key=lambda s: s.predicted.predicted_peak_bytes
+    )[: 1 if quick else 3]
+    chosen = [menu[0], *uniform, *(s for s in menu if s.kind in ("sqrt(n)", "planned"))]
+    return measure_strategies(
+        model,
+        inputs,
+        targets,
+        chosen,
+        model_name="VGG16 (flat, 40 modules)",
+        repeats=1 if quick else 3,
+    )
