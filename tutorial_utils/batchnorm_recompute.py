@@ -1,0 +1,181 @@
+"""BatchNorm under checkpointing: the recomputation updates the running statistics a second time.
+
+A checkpointed segment runs its forward twice per step, once in the forward pass and once when
+backward needs its activations. A BatchNorm in training mode updates ``running_mean``,
+``running_var`` and ``num_batches_tracked`` every time it runs, so with torch 2.x every
+checkpointed BatchNorm is updated twice per step, in reentrant and in non-reentrant mode alike
+(early stop does not help: BatchNorm saves tensors for backward, so the recomputation reaches it).
+Here: snapshots to compare, a per-step update count, and two fixes.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Mapping
+
+import torch
+import torch.nn as nn
+from torch.nn.modules.batchnorm import _BatchNorm
+from torch.utils.hooks import RemovableHandle
+
+STAT_NAMES = ("running_mean", "running_var", "num_batches_tracked")
+RunningStats = dict[str, dict[str, torch.Tensor]]
+
+
+def batchnorm_layers(model: nn.Module) -> dict[str, _BatchNorm]:
+    """Every BatchNorm that tracks running statistics, by qualified name."""
+    return {
+        name: module
+        for name, module in model.named_modules()
+        if isinstance(module, _BatchNorm) and module.track_running_stats
+    }
+
+
+def running_stats(model: nn.Module) -> RunningStats:
+    """Copies of each BatchNorm's running_mean, running_var and num_batches_tracked."""
+    return {
+        name: {stat: getattr(module, stat).detach().clone() for stat in STAT_NAMES}
+        for name, module in batchnorm_layers(model).items()
+    }
+
+
+def stats_match(
+    stats: RunningStats,
+    reference: RunningStats,
+    rtol: float = 1e-4,
+    atol: float = 1e-6,
+    counters: bool = True,
+) -> bool:
+    """True when every running mean and variance (and counter, with ``counters``) equals the
+    reference's within tolerance."""
+    if stats.keys() != reference.keys():
+        return False
+    compared = STAT_NAMES if counters else STAT_NAMES[:2]
+    return all(
+        torch.allclose(stats[name][stat].double(), reference[name][stat].double(), rtol, atol)
+        for name in reference
+        for stat in compared
+    )
+
+
+def counter_ratio(stats: RunningStats, reference: RunningStats) -> float:
+    """Total num_batches_tracked relative to the reference's: 2.0 for a doubled update."""
+    total = sum(int(layer["num_batches_tracked"]) for layer in stats.values())
+    reference_total = sum(int(layer["num_batches_tracked"]) for layer in reference.values())
+    if reference_total == 0:
+        raise ValueError("the reference has no BatchNorm updates: run a training step first")
+    return total / reference_total
+
+
+def relative_distance(stats: RunningStats, reference: RunningStats) -> float:
+    """||stats - reference|| / ||reference|| over all running means and variances."""
+    difference = reference_norm = 0.0
+    for name, layer in reference.items():
+        for stat in ("running_mean", "running_var"):
+            difference += float((stats[name][stat] - layer[stat]).double().pow(2).sum())
+            reference_norm += float(layer[stat].double().pow(2).sum())
+    return math.sqrt(difference / reference_norm)
+
+
+def updates_per_step(
+    model: nn.Module,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+) -> dict[str, int]:
+    """How often one forward + backward updates each BatchNorm (run on a deep copy of ``model``)."""
+    probe = copy.deepcopy(model).train()
+    loss_fn = loss_fn if loss_fn is not None else nn.CrossEntropyLoss()
+    before = running_stats(probe)
+    loss_fn(probe(inputs), targets).backward()
+    after = running_stats(probe)
+    return {
+        name: int(after[name]["num_batches_tracked"] - before[name]["num_batches_tracked"])
+        for name in before
+    }
+
+
+def compensated_momentum(momentum: float, updates: int = 2) -> float:
+    """The momentum m' with (1 - m')**updates == 1 - m: ``updates`` updates act as one.
+
+    Exact only when every update sees the same batch statistics, which is what a recomputation
+    does (same weights, same inputs, RNG state restored).
+    """
+    if not 0 < momentum <= 1 or updates < 1:
+        raise ValueError(f"need 0 < momentum <= 1 and updates >= 1, got {momentum}, {updates}")
+    return 1 - (1 - momentum) ** (1 / updates)
+
+
+def compensate_momentum(model: nn.Module, updates: Mapping[str, int]) -> dict[str, float]:
+    """Set each BatchNorm updated ``n > 1`` times per step to ``compensated_momentum(m, n)``.
+
+    ``updates`` comes from ``updates_per_step``. Fixes running_mean/var, not the counter (which
+    only matters for ``momentum=None``, the cumulative average, where this fix cannot apply).
+    Returns the new momenta by layer name.
+    """
+    layers = batchnorm_layers(model)
+    changed = {}
+    for name, count in updates.items():
+        if count <= 1:
+            continue
+        if layers[name].momentum is None:
+            raise ValueError(
+                f"{name} uses momentum=None (cumulative average): use "
+                "freeze_stats_during_recompute instead"
+            )
+        layers[name].momentum = compensated_momentum(layers[name].momentum, count)
+        changed[name] = layers[name].momentum
+    return changed
+
+
+def is_recomputing() -> bool:
+    """True while the autograd engine runs a backward pass on this thread.
+
+    A training-mode forward that runs inside backward is a checkpoint recomputation (reentrant and
+    non-reentrant alike; double backward through a forward is the rare exception).
+    ``torch.utils.checkpoint`` keys its own recomputations by the same graph-task id; the call is
+    private, so the public route, where you write the ``checkpoint`` call yourself, is
+    ``checkpoint(..., use_reentrant=False, context_fn=...)`` whose second context wraps the
+    recomputation.
+    """
+    return torch._C._current_graph_task_id() != -1
+
+
+class _FreezeDuringRecompute:
+    """Forward pre/post hooks that turn a recomputation's statistics update into a no-op.
+
+    Momentum 0 leaves running_mean and running_var exactly as they were (a cumulative average,
+    ``momentum=None``, is covered too), and the counter is set back afterwards. The op itself is
+    unchanged, so the recomputation saves the same tensors as the original forward, which both
+    checkpoint modes check; restoring copies of the statistics after the op would instead modify
+    tensors that reentrant checkpoint's recomputed graph saved.
+    """
+
+    def __init__(self) -> None:
+        self.momentum: dict[int, float | None] = {}
+
+    def before(self, module: _BatchNorm, _inputs) -> None:
+        if module.training and is_recomputing():
+            self.momentum[id(module)] = module.momentum
+            module.momentum = 0.0
+
+    def after(self, module: _BatchNorm, _inputs, _output) -> None:
+        if id(module) in self.momentum:
+            module.momentum = self.momentum.pop(id(module))
+            with torch.no_grad():
+                module.num_batches_tracked.sub_(1)
+
+
+def freeze_stats_during_recompute(model: nn.Module) -> list[RemovableHandle]:
+    """Make every BatchNorm in ``model`` skip its statistics update when it is recomputed.
+
+    Works for any checkpoint mode and any choice of segments; the counter stays right too.
+    Call ``handle.remove()`` on the returned handles to undo.
+    """
+    hooks = _FreezeDuringRecompute()
+    handles = []
+    for module in batchnorm_layers(model).values():
+        handles.append(module.register_forward_pre_hook(hooks.before))
+        handles.append(module.register_forward_hook(hooks.after))
+    return handles

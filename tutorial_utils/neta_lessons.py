@@ -1,0 +1,482 @@
+"""Notebook 03's experiments on the second article's NetA, as functions the tests can call.
+
+- which checkpoint mode needs the article's ``y + torch.zeros(1, requires_grad=True)`` line;
+- BatchNorm running statistics with and without checkpointing, with the two fixes of
+  ``batchnorm_recompute``;
+- checkpointing against gradient accumulation at the same effective batch: memory, time,
+  gradients and BatchNorm statistics;
+- the "which segments to checkpoint" panel: peak memory, step time and the largest batch.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import ipywidgets as widgets
+import torch
+import torch.nn as nn
+from matplotlib.figure import Figure
+
+from tutorial_utils.batchnorm_recompute import (
+    RunningStats,
+    compensate_momentum,
+    freeze_stats_during_recompute,
+    relative_distance,
+    running_stats,
+    updates_per_step,
+)
+from tutorial_utils.memory import MB, TensorMemoryTracker, find_max_batch_size
+from tutorial_utils.models import NETA_SEGMENTS, NetA, count_parameters
+from tutorial_utils.plotting import figure_subtitle
+from tutorial_utils.training import test_model
+from tutorial_utils.widgets import RunPanel, budget_slider
+
+ARTICLE_CARD_BYTES = int(2.5 * 2**30)  # "only 2.5G usable" of a GTX 970M 3 GB under Windows
+ARTICLE_IMAGE_SIZE = 224
+ARTICLE_MAX_BATCH = {"no checkpoint": 23, "checkpoint": 31}  # the article's largest batches
+SEGMENT_LAYERS = ("layer1", "layer2-3", "layer4-5", "layer6-7", "layer8 + pool + linear")
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+def card_budget(image_size: int, card_bytes: int = ARTICLE_CARD_BYTES) -> int:
+    """The article's card scaled to ``image_size``: the same room for weights, gradients and Adam
+    state, the room for activations shrunk with the pixel count (activations scale with it)."""
+    if image_size < 1:
+        raise ValueError(f"image_size must be positive, got {image_size}")
+    static = 4 * 4 * count_parameters(NetA())  # fp32 weights, gradients, Adam's two moments
+    return int(static + (card_bytes - static) * (image_size / ARTICLE_IMAGE_SIZE) ** 2)
+
+
+# -- the article's requires-grad line ---------------------------------------------------------
+
+
+@dataclass
+class TrickOutcome:
+    """One backward through NetA with a checkpoint mode, the line kept or removed."""
+
+    use_reentrant: bool
+    trick: bool
+    checkpointed: str
+    backward: str  # "ok" or the first line of the error
+    parameters_without_grad: int
+    warnings: int
+
+
+def requires_grad_trick_outcomes(inputs: torch.Tensor, targets: torch.Tensor) -> list[TrickOutcome]:
+    """Backward through NetA in each mode with and without the article's line.
+
+    Checkpointing all five segments and only the first one: reentrant checkpoint without the line
+    either fails or silently leaves the first segment's parameters without gradients.
+    """
+    outcomes = []
+    for use_reentrant in (True, False):
+        for trick in (True, False):
+            for segments, label in ((True, "all 5"), ({0}, "seg0 only")):
+                torch.manual_seed(0)
+                model = NetA(segments, use_reentrant=use_reentrant, input_requires_grad_trick=trick)
+                model.to(inputs.device)
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    try:
+                        nn.functional.cross_entropy(model(inputs), targets).backward()
+                        result = "ok"
+                    except RuntimeError as error:
+                        result = str(error).splitlines()[0]
+                missing = sum(p.grad is None for p in model.parameters())
+                outcomes.append(
+                    TrickOutcome(use_reentrant, trick, label, result, missing, len(caught))
+                )
+    return outcomes
+
+
+def format_trick_outcomes(outcomes: Sequence[TrickOutcome]) -> str:
+    """A table of ``requires_grad_trick_outcomes``."""
+    lines = [f"{'mode':<14} {'line':<8} {'checkpointed':<13} {'no grad':>7}  backward"]
+    for o in outcomes:
+        mode = "reentrant" if o.use_reentrant else "non-reentrant"
+        line = "kept" if o.trick else "removed"
+        lines.append(
+            f"{mode:<14} {line:<8} {o.checkpointed:<13} "
+            f"{o.parameters_without_grad:>7}  {o.backward}"
+        )
+    return "\n".join(lines)
+
+
+# -- one training step, plain or with gradient accumulation ------------------------------------
+
+
+def accumulate_gradients(
+    model: nn.Module,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    micro_batches: int = 1,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+) -> float:
+    """Forward and backward over ``micro_batches`` slices whose gradients add up to the batch's.
+
+    Each slice's loss is weighted by its share of the batch, so the summed gradient is the one of
+    the batch's mean loss, as in one pass. Returns that mean loss.
+    """
+    if not 1 <= micro_batches <= len(inputs):
+        raise ValueError(f"micro_batches must be in 1..{len(inputs)}, got {micro_batches}")
+    loss_fn = loss_fn if loss_fn is not None else nn.CrossEntropyLoss()
+    total = 0.0
+    for x, y in zip(inputs.chunk(micro_batches), targets.chunk(micro_batches), strict=True):
+        loss = loss_fn(model(x), y) * (len(x) / len(inputs))
+        loss.backward()
+        total += loss.item()
+    return total
+
+
+def train_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    micro_batches: int = 1,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+) -> float:
+    """The article's step (zero_grad, forward, backward, optimizer step), in one pass over the
+    batch or accumulated over ``micro_batches`` slices. Returns the batch's mean loss."""
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    loss = accumulate_gradients(model, inputs, targets, micro_batches, loss_fn)
+    optimizer.step()
+    return loss
+
+
+# -- the strategies compared -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """How a batch of B is trained: checkpointing or not, in how many passes, BatchNorm fixed."""
+
+    label: str
+    use_checkpoint: bool | frozenset[int]  # as NetA takes it: all, none, or these segments
+    micro_batches: int = 1
+    freeze_bn_recompute: bool = False
+
+    def build(self, seed: int = 0, device: torch.device | str = "cpu") -> NetA:
+        torch.manual_seed(seed)
+        model = NetA(use_checkpoint=self.use_checkpoint, use_reentrant=False).to(device)
+        if self.freeze_bn_recompute:
+            freeze_stats_during_recompute(model)
+        return model
+
+
+PLAIN = Strategy("plain, one pass of B", False)
+CHECKPOINT = Strategy("checkpoint, one pass of B", True)
+CHECKPOINT_FIXED = Strategy("checkpoint + BN fix, one pass of B", True, freeze_bn_recompute=True)
+ACCUMULATION = Strategy("accumulation, 2 passes of B/2", False, micro_batches=2)
+STRATEGIES = (PLAIN, CHECKPOINT, CHECKPOINT_FIXED, ACCUMULATION)
+
+
+@dataclass
+class StrategyCost:
+    """Memory and time of one optimizer step of a strategy."""
+
+    label: str
+    batch_size: int
+    micro_batch: int
+    peak_bytes: int  # tracked peak of the whole step, every pass included
+    activation_bytes: int  # the most activation bytes alive during the forward/backward passes
+    seconds_per_sample: float  # the fastest timed step over its batch size
+
+    @property
+    def peak_mb(self) -> float:
+        return self.peak_bytes / MB
+
+
+def strategy_cost(
+    strategy: Strategy, inputs: torch.Tensor, targets: torch.Tensor, repeats: int = 3
+) -> StrategyCost:
+    """One warm-up step (creates Adam's state), ``repeats`` timed steps, then one tracked step
+    and, tracked apart, its forward and backward passes: the optimizer step's own temporaries
+    (Adam's, about the size of the weights) would otherwise hide the activations of small batches.
+
+    The fastest timed step is kept: on a shared machine other processes only ever add time.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    device = inputs.device
+    model = strategy.build(device=device)
+    optimizer = torch.optim.Adam(model.parameters(), 1e-3)
+    train_step(model, optimizer, inputs, targets, strategy.micro_batches)
+    durations = []
+    for _ in range(repeats):
+        _synchronize(device)
+        started = time.perf_counter()
+        train_step(model, optimizer, inputs, targets, strategy.micro_batches)
+        _synchronize(device)
+        durations.append(time.perf_counter() - started)
+    optimizer.zero_grad(set_to_none=True)
+    step = TensorMemoryTracker(model, optimizer, inputs=(inputs, targets), device=device)
+    with step:
+        train_step(model, optimizer, inputs, targets, strategy.micro_batches)
+    optimizer.zero_grad(set_to_none=True)
+    passes = TensorMemoryTracker(model, optimizer, inputs=(inputs, targets), device=device)
+    with passes:
+        accumulate_gradients(model, inputs, targets, strategy.micro_batches)
+    optimizer.zero_grad(set_to_none=True)
+    return StrategyCost(
+        strategy.label,
+        len(inputs),
+        len(inputs) // strategy.micro_batches,
+        step.peak_bytes,
+        passes.activation_peak_bytes,
+        min(durations) / len(inputs),
+    )
+
+
+def format_costs(costs: Sequence[StrategyCost], budget_bytes: int) -> str:
+    """A table of ``strategy_cost`` results, ratios to the first row, and whether each fits."""
+    first = costs[0]
+    lines = [
+        f"{'strategy':<36} {'B':>4} {'pass':>4} {'peak MB':>8} {'act. peak':>9} "
+        f"{'ms/sample':>9} {'peak x':>6} {'time x':>6}  fits {budget_bytes / MB:.0f} MB"
+    ]
+    for c in costs:
+        lines.append(
+            f"{c.label:<36} {c.batch_size:>4} {c.micro_batch:>4} {c.peak_mb:>8.1f} "
+            f"{c.activation_bytes / MB:>9.1f} {1000 * c.seconds_per_sample:>9.2f} "
+            f"{c.peak_bytes / first.peak_bytes:>6.2f} "
+            f"{c.seconds_per_sample / first.seconds_per_sample:>6.2f}  "
+            f"{'yes' if c.peak_bytes <= budget_bytes else 'no'}"
+        )
+    return "\n".join(lines)
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def gradient_gap(strategy: Strategy, inputs: torch.Tensor, targets: torch.Tensor) -> float:
+    """||g - g_plain|| / ||g_plain|| for the first step's gradients, from the same weights."""
+
+    def gradients(chosen: Strategy) -> torch.Tensor:
+        model = chosen.build(device=inputs.device).train()
+        accumulate_gradients(model, inputs, targets, chosen.micro_batches)
+        return torch.cat([p.grad.flatten() for p in model.parameters()])
+
+    plain = gradients(PLAIN)
+    return float((gradients(strategy) - plain).norm() / plain.norm())
+
+
+@dataclass
+class StrategyTraining:
+    """A short training run: the loss and BatchNorm statistics after every step, test figures."""
+
+    label: str
+    losses: list[float] = field(default_factory=list)
+    stats: list[RunningStats] = field(default_factory=list)
+    test_accuracy: float = float("nan")
+    test_loss: float = float("nan")
+
+
+def train_strategies(
+    strategies: Iterable[Strategy],
+    batches: Sequence[Batch],
+    test_loader: Iterable,
+    epochs: int = 1,
+    seed: int = 0,
+) -> dict[str, StrategyTraining]:
+    """Train each strategy from the same seed on the same batches; test in eval mode at the end."""
+    if not batches:
+        raise ValueError("batches is empty: pass a few (inputs, targets) pairs")
+    device = batches[0][0].device
+    runs = {}
+    for strategy in strategies:
+        model = strategy.build(seed, device)
+        optimizer = torch.optim.Adam(model.parameters(), 1e-3)
+        run = StrategyTraining(strategy.label)
+        for _ in range(epochs):
+            for inputs, targets in batches:
+                run.losses.append(
+                    train_step(model, optimizer, inputs, targets, strategy.micro_batches)
+                )
+                run.stats.append(running_stats(model))
+        run.test_accuracy, run.test_loss = test_model(
+            model, test_loader, nn.CrossEntropyLoss(), device
+        )
+        runs[strategy.label] = run
+    return runs
+
+
+def format_trainings(runs: dict[str, StrategyTraining], reference: str) -> str:
+    """Final training loss, test figures and BN-statistics distance to the reference run."""
+    base = runs[reference]
+    lines = [
+        f"{'strategy':<36} {'last loss':>9} {'test acc %':>10} {'test loss':>9} "
+        f"{'BN stats vs ' + reference.split(',')[0]:>20}"
+    ]
+    for label, run in runs.items():
+        distance = relative_distance(run.stats[-1], base.stats[-1])
+        lines.append(
+            f"{label:<36} {run.losses[-1]:>9.4f} {run.test_accuracy:>10.1f} "
+            f"{run.test_loss:>9.4f} {distance:>20.2e}"
+        )
+    return "\n".join(lines)
+
+
+def plot_bn_trajectories(
+    runs: dict[str, StrategyTraining], reference: str, layer: str = "layer1.1"
+) -> Figure:
+    """Left: one BatchNorm's mean running variance after each step. Right: every BatchNorm's
+    statistics' relative distance to the reference run, step by step."""
+    figure = Figure(figsize=(12, 4.2))
+    left, right = figure.subplots(1, 2)
+    base = runs[reference]
+    for index, (label, run) in enumerate(runs.items()):
+        steps = range(1, len(run.stats) + 1)
+        style = "--" if label == reference else "o-"
+        left.plot(
+            steps,
+            [float(s[layer]["running_var"].mean()) for s in run.stats],
+            style,
+            color=f"C{index}",
+            label=label,
+        )
+        if label != reference:
+            right.plot(
+                steps,
+                [relative_distance(s, b) for s, b in zip(run.stats, base.stats, strict=True)],
+                "o-",
+                color=f"C{index}",
+                label=label,
+            )
+    left.set_ylabel(f"{layer} running_var, mean over channels")
+    right.set_ylabel(f"relative distance to '{reference}'")
+    for axis in (left, right):
+        axis.set_xlabel("optimizer step")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    figure.suptitle(f"BatchNorm running statistics per step\n{figure_subtitle('cpu')}", fontsize=11)
+    figure.tight_layout()
+    return figure
+
+
+# -- BatchNorm under checkpointing -----------------------------------------------------------
+
+
+def batchnorm_runs(
+    batches: Sequence[Batch], use_reentrant: bool = False, seed: int = 0
+) -> dict[str, RunningStats]:
+    """BatchNorm statistics after training NetA on ``batches``: plain, checkpointed, both fixes.
+
+    Every run starts from the same seed, sees the same batches and takes Adam steps.
+    """
+    if not batches:
+        raise ValueError("batches is empty: pass a few (inputs, targets) pairs")
+
+    def run(use_checkpoint: bool, fix: str | None) -> RunningStats:
+        torch.manual_seed(seed)
+        model = NetA(use_checkpoint=use_checkpoint, use_reentrant=use_reentrant)
+        model.to(batches[0][0].device)
+        if fix == "momentum":
+            compensate_momentum(model, updates_per_step(model, *batches[0]))
+        elif fix == "freeze":
+            freeze_stats_during_recompute(model)
+        optimizer = torch.optim.Adam(model.parameters(), 1e-3)
+        for inputs, targets in batches:
+            train_step(model, optimizer, inputs, targets)
+        return running_stats(model)
+
+    return {
+        "plain": run(False, None),
+        "checkpoint": run(True, None),
+        "checkpoint + momentum fix": run(True, "momentum"),
+        "checkpoint + frozen recompute": run(True, "freeze"),
+    }
+
+
+# -- which segments to checkpoint ------------------------------------------------------------
+
+
+@dataclass
+class SegmentChoice:
+    """One step's memory and time at one batch size, and the largest batch under the budget."""
+
+    segments: frozenset[int]
+    cost: StrategyCost
+    budget_bytes: int
+    max_batch: int
+
+    def describe(self) -> str:
+        chosen = ", ".join(f"seg{i}" for i in sorted(self.segments)) or "none"
+        cost = self.cost
+        return (
+            f"checkpointed: {chosen}\n"
+            f"batch {cost.batch_size}: step peak {cost.peak_mb:.1f} MB, activation peak "
+            f"(forward + backward) {cost.activation_bytes / MB:.1f} MB, "
+            f"step {cost.seconds_per_sample * cost.batch_size:.3f} s\n"
+            f"largest batch within {self.budget_bytes / MB:.0f} MB: {self.max_batch}"
+        )
+
+
+def evaluate_segment_choice(
+    segments: Iterable[int],
+    budget_bytes: int,
+    batch_size: int,
+    image_size: int,
+    max_batch: int = 256,
+    device: torch.device | str = "cpu",
+) -> SegmentChoice:
+    """``strategy_cost`` and ``find_max_batch_size`` for NetA, the chosen segments checkpointed."""
+    chosen = frozenset(segments)
+    if not chosen <= set(range(NETA_SEGMENTS)):
+        raise ValueError(f"NetA segments are 0..{NETA_SEGMENTS - 1}, got {sorted(chosen)}")
+    generator = torch.Generator().manual_seed(0)
+    inputs = torch.rand(batch_size, 3, image_size, image_size, generator=generator)
+    targets = torch.randint(0, 10, (batch_size,), generator=generator)
+    strategy = Strategy(f"segments {sorted(chosen)}", chosen)
+    cost = strategy_cost(strategy, inputs.to(device), targets.to(device), repeats=1)
+    search = find_max_batch_size(
+        lambda: NetA(use_checkpoint=chosen, use_reentrant=False),
+        (3, image_size, image_size),
+        budget_bytes,
+        max_batch=max_batch,
+        device=device,
+    )
+    return SegmentChoice(chosen, cost, budget_bytes, search.batch_size)
+
+
+def segment_checkboxes(
+    checked: Iterable[int] = range(NETA_SEGMENTS),
+) -> dict[str, widgets.Checkbox]:
+    """One Checkbox per NetA segment, keyed seg0..seg4 as ``segment_panel``'s compute expects."""
+    checked = set(checked)
+    return {
+        f"seg{i}": widgets.Checkbox(value=i in checked, description=f"seg{i}: {layers}")
+        for i, layers in enumerate(SEGMENT_LAYERS)
+    }
+
+
+def segment_panel(
+    batch_size: int,
+    image_size: int,
+    budget_mb: float,
+    max_batch: int = 256,
+    device: torch.device | str = "cpu",
+) -> RunPanel:
+    """Budget slider and five segment checkboxes; Run measures the choice."""
+
+    def compute(budget_mb: float, **checked: bool) -> str:
+        segments = {int(name[3:]) for name, on in checked.items() if on}
+        choice = evaluate_segment_choice(
+            segments, int(budget_mb * MB), batch_size, image_size, max_batch, device
+        )
+        return choice.describe()
+
+    static_mb = 4 * 4 * count_parameters(NetA()) / MB
+    controls = {
+        "budget_mb": budget_slider(
+            max_mb=round(2 * budget_mb), value=round(budget_mb), min_mb=round(static_mb)
+        ),
+        **segment_checkboxes(),
+    }
+    return RunPanel(controls, compute, title="Which NetA segments to checkpoint")
