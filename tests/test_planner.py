@@ -198,6 +198,7 @@ def test_train_model_accepts_a_plan(chain):
     assert len(history.records) == 1 and "ckpt" in history.label
 
 
+@pytest.mark.slow
 def test_least_peak_plan_beats_every_uniform_split_on_flat_vgg16():
     """The tracked peak of the planned step is below the best of checkpoint_sequential 2..40.
 

@@ -268,7 +268,8 @@ class _Partial:
 
 
 def _pareto(candidates: list[_Partial], key) -> list[_Partial]:
-    """The candidates no other candidate beats on both coordinates of ``key``."""
+    """Sorted by ``key``, the candidates that improve on ``key[1]``: none is beaten on both
+    ``key[0]`` and ``key[1]`` (``key[2:]`` only breaks ties)."""
     front: list[_Partial] = []
     best_second = math.inf
     for candidate in sorted(candidates, key=key):
@@ -310,12 +311,13 @@ class _CostTable:
             (*partial.segments, (start, end, checkpointed)),
         )
 
-    def search(self, activation_budget: float) -> _Partial | None:
-        """The fastest plan whose activation peak fits ``activation_budget`` (least peak on ties).
+    def finished_plans(self, fits, front_key) -> list[_Partial]:
+        """Partial plans grown boundary by boundary, pruned to a Pareto front at each boundary.
 
-        States at boundary j are split by whether the last segment is plain (it decides whether
-        x_j is already kept); within a state only the (stored, seconds) Pareto front survives,
-        since the future depends on nothing else. Peaks enter only as the feasibility filter.
+        States at boundary j are split by whether the last segment is plain (that decides
+        whether x_j is already kept); within a state the future depends only on the bytes left
+        behind, so a partial plan beaten on (stored, ``front_key``'s second coordinate) by another
+        can never finish better. ``fits`` drops partial plans over the budget.
         """
         n = len(self.profile)
         fronts: dict[tuple[int, bool], list[_Partial]] = {(0, False): [_Partial(0, 0, 0.0)]}
@@ -325,31 +327,25 @@ class _CostTable:
                     for end in range(start + 1, n + 1):
                         for checkpointed in (False, True):
                             longer = self.extend(partial, end, checkpointed)
-                            if longer.peak <= activation_budget:
+                            if fits(longer):
                                 fronts.setdefault((end, not checkpointed), []).append(longer)
-            for after_plain in (False, True):
-                key = (start + 1, after_plain)
-                if key in fronts:
-                    fronts[key] = _pareto(fronts[key], lambda p: (p.stored, p.seconds, p.peak))
-        finished = fronts.get((n, False), []) + fronts.get((n, True), [])
+            for state in ((start + 1, False), (start + 1, True)):
+                if state in fronts:
+                    fronts[state] = _pareto(fronts[state], front_key)
+        return fronts.get((n, False), []) + fronts.get((n, True), [])
+
+    def fastest_within(self, activation_budget: float) -> _Partial | None:
+        """The plan of least recompute whose peak above the baseline fits (least peak on ties)."""
+        finished = self.finished_plans(
+            lambda p: p.peak <= activation_budget, lambda p: (p.stored, p.seconds, p.peak)
+        )
         return min(finished, key=lambda p: (p.seconds, p.peak), default=None)
 
     def least_peak(self) -> int:
-        """The smallest activation peak any plan reaches: the same search on (stored, peak)."""
-        n = len(self.profile)
-        fronts: dict[tuple[int, bool], list[_Partial]] = {(0, False): [_Partial(0, 0, 0.0)]}
-        for start in range(n):
-            for after_plain in (False, True):
-                for partial in fronts.get((start, after_plain), []):
-                    for end in range(start + 1, n + 1):
-                        for checkpointed in (False, True):
-                            longer = self.extend(partial, end, checkpointed)
-                            fronts.setdefault((end, not checkpointed), []).append(longer)
-            for after_plain in (False, True):
-                key = (start + 1, after_plain)
-                if key in fronts:
-                    fronts[key] = _pareto(fronts[key], lambda p: (p.stored, p.peak))
-        return min(p.peak for p in fronts.get((n, False), []) + fronts.get((n, True), []))
+        """The smallest peak above the baseline that any plan reaches."""
+        return min(
+            p.peak for p in self.finished_plans(lambda p: True, lambda p: (p.stored, p.peak))
+        )
 
 
 @dataclass(frozen=True)
@@ -475,7 +471,7 @@ def plan_from_profile(profile: ModelProfile, budget_bytes: int | None = None) ->
     table = _CostTable(profile)
     least = table.least_peak()
     if budget_bytes is None:
-        best = table.search(least)
+        best = table.fastest_within(least)
     else:
         if budget_bytes < profile.baseline_bytes + least:
             raise ValueError(
@@ -484,7 +480,7 @@ def plan_from_profile(profile: ModelProfile, budget_bytes: int | None = None) ->
                 f"({profile.baseline_bytes / MB:.1f} MB of it parameters, buffers and batch): "
                 "raise the budget or shrink the batch"
             )
-        best = table.search(budget_bytes - profile.baseline_bytes)
+        best = table.fastest_within(budget_bytes - profile.baseline_bytes)
     assert best is not None  # the least-peak plan is always feasible at or above ``least``
     return _plan_from(profile, best)
 
