@@ -437,13 +437,15 @@ def synthetic_dogcat(profile: Profile | None = None, image_size: int | None = No
 
 
 def ensure_dogcat(profile: Profile | None = None) -> tuple[Path, bool]:
-    """The real dog-cat images if present, else a generated set sized by the profile.
+    """The real dog-cat images if present (and the profile uses real data; ``ci`` never does),
+    else a generated set sized by the profile.
 
     Never downloads on its own (run ``download_dogcat()`` for that). Returns ``(root, synthetic)``
     so a notebook can show ``synthetic_banner`` when it fell back.
     """
+    profile = profile or get_profile()
     real = default_dogcat_root()
-    if _has_imagefolder_splits(real) and _read_manifest(real) is None:
+    if profile.use_real_data and _has_imagefolder_splits(real) and _read_manifest(real) is None:
         return real, False
     return synthetic_dogcat(profile), True
 
@@ -624,14 +626,18 @@ def synthetic_cifar10(profile: Profile | None = None) -> Path:
 
 
 def ensure_cifar10(profile: Profile | None = None) -> tuple[Path, bool]:
-    """The real CIFAR-10 if present, else a generated set sized by the profile.
+    """The real CIFAR-10 if present (and the profile uses real data; ``ci`` never does), else a
+    generated set sized by the profile.
 
     Never downloads on its own.
     """
+    profile = profile or get_profile()
     real = data_root()
     real_folder = real / CIFAR_DIRNAME
-    if not _cifar_missing(real_folder, (*CIFAR_TRAIN_FILES, CIFAR_TEST_FILE)) and (
-        _read_manifest(real_folder) is None
+    if (
+        profile.use_real_data
+        and not _cifar_missing(real_folder, (*CIFAR_TRAIN_FILES, CIFAR_TEST_FILE))
+        and _read_manifest(real_folder) is None
     ):
         return real, False
     return synthetic_cifar10(profile), True

@@ -32,6 +32,8 @@ class Profile:
     memory_budget_bytes: int  # the "small card" of the max-batch search
     sweep_batch_size: int  # batch for segment sweeps and benchmarks
     num_workers: int
+    use_real_data: bool  # False: always the small generated sets, even where the real ones exist
+    save_epoch_state: bool  # per-epoch state_dicts (VGG16: 1 GB an epoch with momentum)
 
 
 PROFILES: dict[str, Profile] = {
@@ -50,6 +52,8 @@ PROFILES: dict[str, Profile] = {
         memory_budget_bytes=40 * 2**20,
         sweep_batch_size=4,
         num_workers=0,
+        use_real_data=False,
+        save_epoch_state=False,
     ),
     "cpu": Profile(
         name="cpu",
@@ -66,6 +70,8 @@ PROFILES: dict[str, Profile] = {
         memory_budget_bytes=256 * 2**20,
         sweep_batch_size=8,
         num_workers=2,
+        use_real_data=True,
+        save_epoch_state=True,
     ),
     "article": Profile(
         name="article",
@@ -82,6 +88,8 @@ PROFILES: dict[str, Profile] = {
         memory_budget_bytes=int(2.5 * 2**30),
         sweep_batch_size=32,
         num_workers=2,
+        use_real_data=True,
+        save_epoch_state=True,
     ),
 }
 
