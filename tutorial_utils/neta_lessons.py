@@ -19,6 +19,7 @@ import ipywidgets as widgets
 import torch
 import torch.nn as nn
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from tutorial_utils.batchnorm_recompute import (
     RunningStats,
@@ -324,38 +325,48 @@ def format_trainings(runs: dict[str, StrategyTraining], reference: str) -> str:
 
 
 def plot_bn_trajectories(
-    runs: dict[str, StrategyTraining], reference: str, layer: str = "layer1.1"
+    runs: dict[str, StrategyTraining],
+    reference: str,
+    layer: str = "layer1.1",
+    device: torch.device | str | None = None,
 ) -> Figure:
     """Left: one BatchNorm's mean running variance after each step. Right: every BatchNorm's
-    statistics' relative distance to the reference run, step by step."""
+    statistics' relative distance to the reference run, step by step. Each run has its own
+    marker, so runs that coincide stay visible."""
     figure = Figure(figsize=(12, 4.2))
     left, right = figure.subplots(1, 2)
     base = runs[reference]
     for index, (label, run) in enumerate(runs.items()):
         steps = range(1, len(run.stats) + 1)
-        style = "--" if label == reference else "o-"
+        marker = "osx^vD"[index % 6]
+        style = f"{marker}--" if label == reference else f"{marker}-"
         left.plot(
             steps,
             [float(s[layer]["running_var"].mean()) for s in run.stats],
             style,
             color=f"C{index}",
             label=label,
+            fillstyle="none",
         )
         if label != reference:
             right.plot(
                 steps,
                 [relative_distance(s, b) for s, b in zip(run.stats, base.stats, strict=True)],
-                "o-",
+                f"{marker}-",
                 color=f"C{index}",
                 label=label,
+                fillstyle="none",
             )
     left.set_ylabel(f"{layer} running_var, mean over channels")
     right.set_ylabel(f"relative distance to '{reference}'")
     for axis in (left, right):
         axis.set_xlabel("optimizer step")
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8)
-    figure.suptitle(f"BatchNorm running statistics per step\n{figure_subtitle('cpu')}", fontsize=11)
+    figure.suptitle(
+        f"BatchNorm running statistics per step\n{figure_subtitle(device)}", fontsize=11
+    )
     figure.tight_layout()
     return figure
 
