@@ -17,6 +17,7 @@ import torch
 
 from tutorial_utils.memory import MB, measure_step, sweep_segments
 from tutorial_utils.models import NetA, flatten_vgg16, vgg16_classifier
+from tutorial_utils.planner import planner_bench_rows
 from tutorial_utils.profiles import Profile, describe_device, get_profile
 
 DOGCAT_CLASSES, CIFAR_CLASSES = 2, 10
@@ -106,13 +107,27 @@ COLUMNS = (
 )
 
 
-def format_table(rows: list[dict]) -> str:
-    """A markdown table of ``run_bench`` rows; n/a where a figure is absent on this machine."""
-    header = "| " + " | ".join(title for _, title, _ in COLUMNS) + " |"
-    rule = "|" + "|".join(" --- " if fmt == "{}" else " ---: " for _, _, fmt in COLUMNS) + "|"
+PLANNER_COLUMNS = (
+    ("checkpointing", "strategy", "{}"),
+    ("batch", "batch", "{}"),
+    ("tracked_peak_mb", "tracked peak MB", "{:.1f}"),
+    ("added_mb", "grads + activations MB", "{:.1f}"),
+    ("predicted_added_mb", "predicted MB", "{:.1f}"),
+    ("added_ratio", "vs none", "{:.2f}"),
+    ("added_vs_best_uniform", "vs best uniform", "{:.2f}"),
+    ("step_seconds", "step s", "{:.3f}"),
+    ("step_ratio", "vs none", "{:.2f}"),
+    ("step_vs_best_uniform", "vs best uniform", "{:.2f}"),
+)
+
+
+def format_table(rows: list[dict], columns=COLUMNS) -> str:
+    """A markdown table of bench rows; n/a where a figure is absent on this machine."""
+    header = "| " + " | ".join(title for _, title, _ in columns) + " |"
+    rule = "|" + "|".join(" --- " if fmt == "{}" else " ---: " for _, _, fmt in columns) + "|"
     lines = [header, rule]
     for row in rows:
-        cells = ["n/a" if row.get(key) is None else fmt.format(row[key]) for key, _, fmt in COLUMNS]
+        cells = ["n/a" if row.get(key) is None else fmt.format(row[key]) for key, _, fmt in columns]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -147,5 +162,18 @@ def bench_main(profile_name: str | None = None) -> int:
         "CUDA peak allocated: torch.cuda.max_memory_allocated; NVML used: "
         "whole-device memory after the step, as nvidia-smi shows it. Ratios are to the same "
         f"model without checkpointing. Measured in {time.perf_counter() - started:.0f} s."
+    )
+    started = time.perf_counter()
+    planner_rows = planner_bench_rows(profile)
+    print()
+    print(f"Planner on VGG16 (flat, 40 modules), {profile.image_size} px:")
+    print()
+    print(format_table(planner_rows, PLANNER_COLUMNS))
+    print()
+    print(
+        "grads + activations: the part of the tracked peak a checkpoint plan can change; "
+        "predicted: the planner's cost model for it; best uniform: the checkpoint_sequential "
+        f"split with the lowest tracked peak measured. Measured in "
+        f"{time.perf_counter() - started:.0f} s."
     )
     return 0
