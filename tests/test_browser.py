@@ -44,8 +44,9 @@ CHROMIUM_ARGS = [
     "--disable-quic",
 ]
 SERVER_START_TIMEOUT_S = 90
-RUN_ALL_TIMEOUT_S = 300  # the ci profile needs seconds per notebook; 2 shared cores are slow
+RUN_ALL_TIMEOUT_S = 600  # a guard, not a budget: 2 busy shared cores take minutes for some
 PANEL_TIMEOUT_S = 60
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 ERROR_TEXT = re.compile(r"Traceback \(most recent call last\)|^\w*(Error|Exception)\b", re.M)
 
 # Editable, visible slider readouts: a contenteditable div in ipywidgets 8, a text input in 7.
@@ -271,6 +272,13 @@ def chromium_browser() -> Iterator[object]:
             browser.close()
 
 
+def committed_widget_models(notebook: Path) -> set[str]:
+    """Widget models the notebook's committed run displayed (nbclient stores their state)."""
+    metadata = json.loads(notebook.read_text(encoding="utf-8"))["metadata"]
+    state = metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    return {model.get("model_name") for model in state.values()}
+
+
 def click_menu(page, menu: str, item: str) -> None:
     """Use the menu bar as a reader does."""
     page.locator(".lm-MenuBar-item").get_by_text(menu, exact=True).click()
@@ -313,6 +321,7 @@ def wait_for_change(page, cell_index: int, before: list[str]) -> list[str]:
 
 def exercise_panel(page, cell_index: int) -> str:
     """Type a new value into the panel's first slider, press Enter, click Run; assert it reacts."""
+    started = time.monotonic()
     cell = page.locator(".jp-Notebook .jp-Cell").nth(cell_index)
     cell.evaluate("cell => cell.scrollIntoView({block: 'start'})")
     slider = cell.locator(".widget-slider").filter(has=page.locator(READOUT)).first
@@ -341,7 +350,7 @@ def exercise_panel(page, cell_index: int) -> str:
         f"cell {cell_index}: output unchanged after setting the slider {old_text} -> {new_text}"
         + (" and clicking Run" if clicked else "")
     )
-    return f"{old_text} -> {new_text}"
+    return f"{old_text} -> {new_text} ({time.monotonic() - started:.1f} s)"
 
 
 def show_first_panel(page, cell_index: int) -> None:
@@ -367,11 +376,12 @@ def test_notebook_runs_and_its_widgets_respond(lab, chromium_browser, notebook: 
         page.wait_for_function(OUTPUTS_CLEARED_JS)
         click_menu(page, "Run", "Run All Cells")
         page.wait_for_function(RUN_ALL_DONE_JS, timeout=RUN_ALL_TIMEOUT_S * 1000)
+        run_all_s = time.monotonic() - started
         assert_no_error_outputs(page, "after Run All Cells")
 
         assert page.locator(".widget-slider").count(), "no ipywidgets slider rendered"
         page.locator(".widget-slider").first.wait_for(state="visible")
-        if "Button(" in notebook.read_text(encoding="utf-8"):
+        if "ButtonModel" in committed_widget_models(notebook):
             assert page.locator(".widget-button").count(), "the notebook's Button did not render"
 
         panels = page.evaluate(PANEL_CELLS_JS)
@@ -385,6 +395,6 @@ def test_notebook_runs_and_its_widgets_respond(lab, chromium_browser, notebook: 
         page.close()
         lab.shutdown_kernels()
     print(
-        f"{notebook.name}: {len(panels)} panel(s) moved ({', '.join(moves)}) in "
-        f"{time.monotonic() - started:.1f} s; screenshot {screenshot}"
+        f"{notebook.name}: {time.monotonic() - started:.1f} s in all, Run All {run_all_s:.1f} s;"
+        f" sliders moved: {', '.join(moves)}; screenshot {screenshot}"
     )
