@@ -48,7 +48,11 @@ def execute_notebook(path: Path, repo_url: str, cell_timeout: int | None) -> Non
         timeout=cell_timeout,
         resources={"metadata": {"path": str(path.parent)}},
     )
-    client.execute()
+    try:
+        client.execute()
+    finally:
+        if kernel.has_kernel:  # nbclient leaves a kernel it was handed running
+            kernel.shutdown_kernel()
     nbformat.write(notebook, path)
 
 
