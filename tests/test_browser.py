@@ -361,7 +361,7 @@ def show_first_panel(page, cell_index: int) -> None:
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda path: path.stem)
-def test_notebook_runs_and_its_widgets_respond(lab, chromium_browser, notebook: Path) -> None:
+def test_notebook_runs_and_its_widgets_respond(chromium_browser, lab, notebook: Path) -> None:
     started = time.monotonic()
     page = chromium_browser.new_page(viewport={"width": 1280, "height": 900})
     page.set_default_timeout(60_000)
