@@ -326,9 +326,10 @@ def exercise_panel(page, cell_index: int) -> str:
     cell.evaluate("cell => cell.scrollIntoView({block: 'start'})")
     slider = cell.locator(".widget-slider").filter(has=page.locator(READOUT)).first
     readout = slider.locator(READOUT)
-    handle = slider.locator("[role='slider']")
-    minimum = float(handle.get_attribute("aria-valuemin") or "-inf")
-    maximum = float(handle.get_attribute("aria-valuemax") or "inf")
+    handle = slider.locator("[role='slider']")  # ipywidgets 8 (noUiSlider) states its range
+    has_range = handle.count() > 0
+    minimum = float(handle.get_attribute("aria-valuemin")) if has_range else float("-inf")
+    maximum = float(handle.get_attribute("aria-valuemax")) if has_range else float("inf")
     old_text = readout_text(readout)
     new_text = next_value(old_text, minimum, maximum)
     before = page.evaluate(PANEL_OUTPUT_JS, cell_index)
