@@ -20,6 +20,11 @@ from matplotlib.figure import Figure
 WIDE_LABEL = {"description_width": "initial"}
 
 
+def wide_layout() -> widgets.Layout:
+    """A fresh layout that leaves the slider track room beside a long label."""
+    return widgets.Layout(width="100%", max_width="640px")
+
+
 def segment_slider(
     max_segments: int, value: int = 0, description: str = "checkpoint segments"
 ) -> widgets.IntSlider:
@@ -36,6 +41,7 @@ def segment_slider(
         description=description,
         continuous_update=False,
         style=WIDE_LABEL,
+        layout=wide_layout(),
     )
 
 
@@ -55,6 +61,7 @@ def batch_size_slider(
         description=description,
         continuous_update=False,
         style=WIDE_LABEL,
+        layout=wide_layout(),
     )
 
 
@@ -79,6 +86,7 @@ def budget_slider(
         continuous_update=False,
         readout_format=".0f",
         style=WIDE_LABEL,
+        layout=wide_layout(),
     )
 
 
