@@ -622,7 +622,9 @@ def synthetic_cifar10(profile: Profile | None = None) -> Path:
     profile = profile or get_profile()
     n_train = profile.cifar_train_samples or CIFAR_FULL_SIZES[0]
     n_test = profile.cifar_test_samples or CIFAR_FULL_SIZES[1]
-    return make_synthetic_cifar10(data_root() / f"synthetic-cifar10-{profile.name}", n_train, n_test)
+    return make_synthetic_cifar10(
+        data_root() / f"synthetic-cifar10-{profile.name}", n_train, n_test
+    )
 
 
 def ensure_cifar10(profile: Profile | None = None) -> tuple[Path, bool]:
