@@ -379,13 +379,3 @@ def test_cifar_batches_reject_wrong_arrays() -> None:
         data.cifar_batches(np.zeros((2, 32, 32, 3), np.float32), np.zeros(2), 1)
     with pytest.raises(ValueError, match="labels"):
         data.cifar_batches(np.zeros((2, 32, 32, 3), np.uint8), np.zeros(3), 1)
-
-
-def test_dogcat_loaders_keep_their_workers_across_epochs(dogcat_root: Path) -> None:
-    train_loader, _ = data.dogcat_loaders(dogcat_root, 32, batch_size=4, num_workers=1)
-    assert train_loader.persistent_workers
-    first = [labels.tolist() for _, labels in train_loader]
-    iterator = train_loader._iterator
-    second = [labels.tolist() for _, labels in train_loader]
-    assert train_loader._iterator is iterator  # the same workers served both epochs
-    assert sorted(sum(first, [])) == sorted(sum(second, []))

@@ -294,16 +294,12 @@ def dogcat_loaders(
     num_workers: int = 2,
     shuffle: bool = True,
 ) -> tuple[DataLoader, DataLoader]:
-    """The article's DataLoaders: batch 64, 2 workers, and (as written there) both shuffled.
-
-    Workers persist across epochs (same batches, no numerical change): re-forking them for
-    every pass costs seconds per epoch, and a forked worker can inherit a not-yet-collected
-    iterator of an earlier pass, whose clean-up then prints "can only test a child process".
-    """
+    """The article's DataLoaders: batch 64, 2 workers, and (as written there) both shuffled."""
     train, val = dogcat_datasets(root, image_size)
-    options = {"batch_size": batch_size, "shuffle": shuffle, "num_workers": num_workers}
-    options["persistent_workers"] = num_workers > 0
-    return DataLoader(train, **options), DataLoader(val, **options)
+    return (
+        DataLoader(train, batch_size=batch_size, shuffle=shuffle, num_workers=num_workers),
+        DataLoader(val, batch_size=batch_size, shuffle=shuffle, num_workers=num_workers),
+    )
 
 
 def download_dogcat(dest: str | Path | None = None) -> Path:
