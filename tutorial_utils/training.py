@@ -8,6 +8,7 @@ it trains here with ``segments=0``.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import re
 import tempfile
@@ -101,6 +102,7 @@ def test_model(
     is weighted by its size, so the figure is the true per-sample mean.
     """
     device = resolve_device(device)
+    collect_finished_iterators()
     model.eval()
     correct = 0
     loss_sum = 0.0
@@ -187,8 +189,19 @@ def resume(checkpoint_dir: Path, model: nn.Module, optimizer, history: History) 
     return last + 1
 
 
+def collect_finished_iterators() -> None:
+    """Collect unreachable DataLoader iterators BEFORE a new pass forks its workers.
+
+    A finished multi-worker iterator caught in a reference cycle otherwise survives into the
+    forked workers, whose garbage collector then tries to shut down workers that are not its
+    children and prints "AssertionError: can only test a child process" into the notebook.
+    """
+    gc.collect()
+
+
 def train_one_epoch(model, loss_fn, optimizer, loader, segments, device, progress, desc):
     """One pass over ``loader``: the article's loop body, ``segments`` choosing the forward."""
+    collect_finished_iterators()
     model.train()
     samples = 0
     for images, target in tqdm(loader, desc=desc, disable=not progress, leave=False):
