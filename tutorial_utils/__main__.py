@@ -53,10 +53,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--checkpoint-dir", help="save each epoch's state_dict here and resume")
     train.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    commands.add_parser(
+    bench = commands.add_parser(
         "bench",
         help="print peak memory and step time with and without checkpointing (active profile)",
+        description="Measure one training step per model and checkpoint setting, side by side.",
     )
+    bench.add_argument(
+        "--image-size", type=positive_int, help="input side for every model (default: profile's)"
+    )
+    bench.add_argument("--batch-size", type=positive_int, help="batch (default: profile's)")
     return parser
 
 
@@ -113,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             return run_train(args)
         from tutorial_utils.bench import bench_main
 
-        return bench_main()
+        return bench_main(image_size=args.image_size, batch_size=args.batch_size)
     except (ValueError, FileNotFoundError, RuntimeError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

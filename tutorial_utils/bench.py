@@ -8,6 +8,7 @@ model without checkpointing.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import platform
@@ -141,9 +142,20 @@ def hardware_line(device: torch.device | str | None = None) -> str:
     )
 
 
-def bench_main(profile_name: str | None = None) -> int:
-    """Print the profile, the hardware and the table; the exit status."""
+def bench_main(
+    profile_name: str | None = None, image_size: int | None = None, batch_size: int | None = None
+) -> int:
+    """Print the profile, the hardware and the table; the exit status.
+
+    ``image_size``/``batch_size`` override the profile's sizes, e.g. 224 px on a CPU to see
+    the regime where activations, not parameters, set the peak."""
     profile = get_profile(profile_name)
+    overrides = {}
+    if image_size:
+        overrides.update(image_size=image_size, cifar_image_size=image_size)
+    if batch_size:
+        overrides.update(sweep_batch_size=batch_size)
+    profile = dataclasses.replace(profile, **overrides)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     print(f"profile: {profile.name} ({profile.description})")
     print(
