@@ -20,6 +20,7 @@ from tutorial_utils.distributed_experiments import (
     run_ddp_cases,
     savings,
     single_process_gradients,
+    stall_on_rank,
 )
 from tutorial_utils.models import count_parameters
 
@@ -81,7 +82,7 @@ def test_a_failing_rank_gives_one_clear_error_and_leaves_no_process():
 
 def test_a_rank_over_its_time_is_stopped():
     with pytest.raises(DistributedRunError, match=r"TimeoutError: still running after"):
-        launch(raise_on_rank, WORLD_SIZE, world_size=WORLD_SIZE, device_type="cpu", timeout_s=3)
+        launch(stall_on_rank, 1, 120, world_size=WORLD_SIZE, device_type="cpu", timeout_s=3)
     assert multiprocessing.active_children() == []
 
 

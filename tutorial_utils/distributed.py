@@ -157,6 +157,7 @@ def _rank_main(
     device = torch.device(device_type, rank) if device_type == "cuda" else torch.device("cpu")
     if device_type == "cuda":
         torch.cuda.set_device(device)
+    exit_code = 0
     try:
         dist.init_process_group(
             backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=120)
@@ -169,10 +170,16 @@ def _rank_main(
             _error_path(results_dir, rank),
             {"summary": summary, "traceback": traceback.format_exc(), "time": time.time()},
         )
-        raise SystemExit(1) from None
+        exit_code = 1
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+    # The outcome is on disk. Leave without the interpreter's teardown: there, torch 2.14's
+    # C++ threads (gloo, autograd) sometimes abort with "terminate called without an active
+    # exception" (about 1 run in 6 here), which would turn a finished rank into a crashed one.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code)
 
 
 def _wait_for_ranks(processes: list, results_dir: Path, timeout_s: float) -> None:

@@ -8,6 +8,7 @@ whole batch: that equality is what shows a distributed setup is correct, not mer
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -264,6 +265,17 @@ def raise_on_rank(ctx: RankContext, failing_rank: int) -> int:
     if ctx.rank == failing_rank:
         raise ValueError(f"rank {failing_rank} was told to fail")
     dist.all_reduce(torch.ones(1))  # blocks: the failing rank never gets here
+    return ctx.rank
+
+
+def stall_on_rank(ctx: RankContext, stalled_rank: int, seconds: float) -> int:
+    """In a rank: ``stalled_rank`` hangs for ``seconds`` before the barrier the others wait in.
+
+    Shows what ``launch`` does with a stuck rank: the deadline stops every rank.
+    """
+    if ctx.rank == stalled_rank:
+        time.sleep(seconds)
+    dist.barrier()
     return ctx.rank
 
 
