@@ -21,7 +21,7 @@ case "$(uname -m)" in
   *) torch_pins="torch torchvision" ;;
 esac
 
-stamp_want="$(cat "$root/pyproject.toml" "$root/scripts/setup.sh" | sha256sum | cut -d' ' -f1) $extras $torch_pins"
+stamp_want="$(cat "$root/pyproject.toml" "$root/constraints.txt" "$root/scripts/setup.sh" | sha256sum | cut -d' ' -f1) $extras $torch_pins"
 stamp_file="$venv/.setup-stamp"
 if [ -x "$venv/bin/python" ] && [ -f "$stamp_file" ] && [ "$(cat "$stamp_file")" = "$stamp_want" ]; then
   exit 0
@@ -37,6 +37,6 @@ quiet_pip --upgrade pip
 quiet_pip $torch_pins
 spec="$root"
 [ -n "$extras" ] && spec="$root[$extras]"
-quiet_pip -e "$spec"
+quiet_pip -c "$root/constraints.txt" -e "$spec"
 echo "$stamp_want" > "$stamp_file"
 echo "setup: done"
