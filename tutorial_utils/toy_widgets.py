@@ -28,6 +28,7 @@ from tutorial_utils.toy_graph import (
     peak_growth_figure,
     peak_memory,
 )
+from tutorial_utils.widgets import WIDE_LABEL, wide_layout
 
 STRATEGY_LABELS = {"keep everything": "keep_all", "free as you go": "free_as_you_go"}
 
@@ -92,7 +93,8 @@ def _slider(description: str, value: int, low: int, high: int) -> widgets.IntSli
         max=high,
         description=description,
         continuous_update=False,
-        style={"description_width": "initial"},
+        style=WIDE_LABEL,
+        layout=wide_layout(),
     )
 
 
