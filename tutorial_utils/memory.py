@@ -521,29 +521,12 @@ def _search_on_small_card(
 
 
 @dataclass
-class SweepRecord:
-    """One segment count of a sweep; ratios are to the run without checkpointing (0 or 1)."""
+class SweepRecord(StepReport):
+    """One segment count of a sweep: its ``StepReport`` plus ratios to the run without
+    checkpointing (segments 0 or 1) in the same sweep."""
 
-    segments: int
-    peak_bytes: int
-    breakdown: dict[str, int]
-    activation_peak_bytes: int
-    seconds: float
-    cuda_peak_allocated: int | None
-    cuda_peak_reserved: int | None
-    nvml_used_mb: float | None
-    device: str
-    batch_size: int
     peak_ratio: float | None = None
     time_ratio: float | None = None
-
-    @property
-    def peak_mb(self) -> float:
-        return self.peak_bytes / MB
-
-    @property
-    def activation_peak_mb(self) -> float:
-        return self.activation_peak_bytes / MB
 
 
 def sweep_segments(
@@ -579,20 +562,7 @@ def sweep_segments(
             device,
             repeats=repeats,
         )
-        records.append(
-            SweepRecord(
-                segments=segments,
-                peak_bytes=report.peak_bytes,
-                breakdown=report.breakdown,
-                activation_peak_bytes=report.activation_peak_bytes,
-                seconds=report.seconds,
-                cuda_peak_allocated=report.cuda_peak_allocated,
-                cuda_peak_reserved=report.cuda_peak_reserved,
-                nvml_used_mb=report.nvml_used_mb,
-                device=report.device,
-                batch_size=report.batch_size,
-            )
-        )
+        records.append(SweepRecord(**vars(report)))
     plain = next((r for r in records if r.segments in (0, 1)), None)
     if plain is not None:
         for record in records:
