@@ -28,7 +28,7 @@ from tutorial_utils.toy_graph import (
     peak_growth_figure,
     peak_memory,
 )
-from tutorial_utils.widgets import WIDE_LABEL, wide_layout
+from tutorial_utils.widgets import int_slider
 
 STRATEGY_LABELS = {"keep everything": "keep_all", "free as you go": "free_as_you_go"}
 
@@ -86,24 +86,14 @@ def _show(view_result: tuple[str, Figure]) -> None:
     show_figure(figure)
 
 
-def _slider(description: str, value: int, low: int, high: int) -> widgets.IntSlider:
-    return widgets.IntSlider(
-        value=value,
-        min=low,
-        max=high,
-        description=description,
-        continuous_update=False,
-        style=WIDE_LABEL,
-        layout=wide_layout(),
-    )
-
-
 def evaluation_panel(tree: SummationTree | None = None) -> widgets.VBox:
     """Step slider over the evaluation, strategy and convention dropdowns."""
     tree = tree or article_tree()
     strategy = widgets.Dropdown(options=list(STRATEGY_LABELS.items()), description="strategy")
     convention = widgets.Dropdown(options=list(CONVENTIONS), value="article", description="count")
-    step = _slider("step", 0, 0, len(evaluation_steps(tree, strategy.value, convention.value)) - 1)
+    step = int_slider(
+        "step", 0, 0, len(evaluation_steps(tree, strategy.value, convention.value)) - 1
+    )
 
     def fit_step_range(_change=None) -> None:
         step.max = len(evaluation_steps(tree, strategy.value, convention.value)) - 1
@@ -119,7 +109,7 @@ def evaluation_panel(tree: SummationTree | None = None) -> widgets.VBox:
 
 def growth_panel() -> widgets.VBox:
     """Leaves slider with shape, order and convention dropdowns."""
-    leaves = _slider("leaves", 8, 2, 64)
+    leaves = int_slider("leaves", 8, 2, 64)
     shape = widgets.Dropdown(options=list(SHAPES), value="balanced", description="shape")
     order = widgets.Dropdown(options=list(ORDERS), value="depth_first", description="order")
     convention = widgets.Dropdown(options=list(CONVENTIONS), value="article", description="count")
@@ -134,8 +124,8 @@ def growth_panel() -> widgets.VBox:
 
 def chain_panel() -> widgets.VBox:
     """Sliders for the number of layers n and the checkpoint spacing k (k follows n)."""
-    n_layers = _slider("n layers", 16, 2, 100)
-    k = _slider("k", 4, 1, 16)
+    n_layers = int_slider("n layers", 16, 2, 100)
+    k = int_slider("k", 4, 1, 16)
 
     def fit_k_range(change) -> None:
         k.max = change["new"]

@@ -25,6 +25,20 @@ def wide_layout() -> widgets.Layout:
     return widgets.Layout(width="100%", max_width="640px")
 
 
+def int_slider(description: str, value: int, low: int, high: int) -> widgets.IntSlider:
+    """An integer slider that acts on release (each change may start a measurement)."""
+    return widgets.IntSlider(
+        value=value,
+        min=low,
+        max=high,
+        step=1,
+        description=description,
+        continuous_update=False,
+        style=WIDE_LABEL,
+        layout=wide_layout(),
+    )
+
+
 def segment_slider(
     max_segments: int, value: int = 0, description: str = "checkpoint segments"
 ) -> widgets.IntSlider:
@@ -33,16 +47,7 @@ def segment_slider(
         raise ValueError(
             f"need max_segments >= 1 and 0 <= value <= max_segments, got {max_segments}, {value}"
         )
-    return widgets.IntSlider(
-        value=value,
-        min=0,
-        max=max_segments,
-        step=1,
-        description=description,
-        continuous_update=False,
-        style=WIDE_LABEL,
-        layout=wide_layout(),
-    )
+    return int_slider(description, value, 0, max_segments)
 
 
 def batch_size_slider(
@@ -53,16 +58,7 @@ def batch_size_slider(
         raise ValueError(
             f"need 1 <= min_batch <= value <= max_batch, got {min_batch}, {value}, {max_batch}"
         )
-    return widgets.IntSlider(
-        value=value,
-        min=min_batch,
-        max=max_batch,
-        step=1,
-        description=description,
-        continuous_update=False,
-        style=WIDE_LABEL,
-        layout=wide_layout(),
-    )
+    return int_slider(description, value, min_batch, max_batch)
 
 
 def budget_slider(
