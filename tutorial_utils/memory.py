@@ -5,6 +5,10 @@
 ``find_max_batch_size`` is the second article's "largest batch on a small card" as a search, and
 ``sweep_segments`` measures one model at several checkpoint segment counts. ``MemoryMonitor``
 samples memory in a background thread for memory-over-time plots.
+
+All of them accept the ``meta`` device: a model and inputs there make a **dry run**, the same step
+with shapes and no data, whose tensor bytes are exact (``tests/test_dry_run.py`` proves them equal
+to a real step's) and whose time does not exist: ``seconds`` is None and FLOPs stand in for it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import torch
 import torch.nn as nn
 
 from tutorial_utils.checkpointing import forward_segments
+from tutorial_utils.flops import StepFlopCounter, StepFlops
 from tutorial_utils.nvml import (
     CudaMemoryFigures,
     NvmlReading,
@@ -28,6 +33,7 @@ from tutorial_utils.nvml import (
     nvml_index,
     nvml_used_mb,
 )
+from tutorial_utils.phases import step_phase
 from tutorial_utils.profiles import default_device
 from tutorial_utils.tracker import (
     CATEGORIES,
@@ -38,6 +44,7 @@ from tutorial_utils.tracker import (
 
 __all__ = [
     "CATEGORIES",
+    "DRY_RUN_LABEL",
     "BatchTrial",
     "CudaMemoryFigures",
     "MaxBatchResult",
@@ -58,6 +65,7 @@ __all__ = [
 ]
 
 MB = 2**20
+DRY_RUN_LABEL = "dry run (meta device): exact tensor bytes, no time"
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 
 
@@ -85,6 +93,23 @@ class StepReport:
     cuda_allocated_before: int | None = None  # CUDA allocated bytes before the step
     cuda_reason: str | None = None  # why the CUDA figures are None
     nvml_reason: str | None = None  # why nvml_used_mb is None
+    flops: StepFlops | None = None  # counted in dry runs (or with count_flops=True)
+    phase_peak_bytes: dict[str, int] | None = None  # tracked peak within each phase
+    rounded_to_blocks: bool = False  # every storage counted in 512-byte CUDA blocks
+    timeline: list[TimelineEvent] | None = None  # op by op, with record_timeline=True
+    category_timeline: list[dict[str, int]] | None = None  # bytes per category, op by op
+
+    @property
+    def dry_run(self) -> bool:
+        """True for a step on the meta device: exact tensor bytes, no time."""
+        return self.device == "meta"
+
+    @property
+    def source(self) -> str:
+        """How the figures were obtained, for every label that shows them."""
+        if self.dry_run:
+            return DRY_RUN_LABEL
+        return f"measured: real step on {self.device}"
 
     @property
     def peak_mb(self) -> float:
@@ -166,10 +191,13 @@ def _synchronize(device: torch.device) -> None:
 
 def _forward_backward_step(model, inputs, targets, segments, optimizer, loss_fn) -> None:
     """Forward, loss, backward, optimizer step; gradients are expected to be None on entry."""
-    outputs = _forward(model, inputs, segments)
-    loss = loss_fn(outputs, targets)
-    loss.backward()
-    optimizer.step()
+    with step_phase("forward"):
+        outputs = _forward(model, inputs, segments)
+        loss = loss_fn(outputs, targets)
+    with step_phase("backward"):
+        loss.backward()
+    with step_phase("optimizer"):
+        optimizer.step()
 
 
 def measure_step(
@@ -184,6 +212,9 @@ def measure_step(
     repeats: int = 1,
     time_step: bool = True,
     limit_bytes: int | None = None,
+    round_to_blocks: bool = False,
+    record_timeline: bool = False,
+    count_flops: bool | None = None,
 ) -> StepReport:
     """Memory and time of one training step (forward, loss, backward, optimizer step).
 
@@ -202,11 +233,18 @@ def measure_step(
     ``segments`` goes to ``forward_segments`` for an ``nn.Sequential``; other modules (NetA)
     checkpoint themselves and need ``segments=0``. Defaults: SGD lr 1e-3 momentum 0.9 and
     cross-entropy, as in the first article.
+
+    On the meta device the step is a dry run: nothing is timed (``seconds`` is None) and the
+    FLOPs of each phase are counted instead (``count_flops`` defaults to True there only).
+    ``round_to_blocks`` counts storages in CUDA's 512-byte blocks; ``record_timeline`` keeps the
+    op-by-op timeline with bytes per category.
     """
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
     _check_segments(model, segments)
     device = torch.device(device) if device is not None else _model_device(model)
+    dry_run = device.type == "meta"
+    count_flops = dry_run if count_flops is None else count_flops
     model.to(device).train()
     inputs, targets = inputs.to(device), targets.to(device)
     optimizer = optimizer if optimizer is not None else default_optimizer(model.parameters())
@@ -217,7 +255,7 @@ def measure_step(
         _forward_backward_step(model, inputs, targets, segments, optimizer, loss_fn)
 
     seconds = None
-    if not time_step:
+    if not time_step or dry_run:  # a dry run has no time to measure
         prime_optimizer_state(optimizer)
     else:
         step()
@@ -237,11 +275,22 @@ def measure_step(
         torch.cuda.reset_peak_memory_stats(device)
         cuda_before = torch.cuda.memory_allocated(device)
     tracker = TensorMemoryTracker(
-        model, optimizer, inputs=(inputs, targets), device=device, limit_bytes=limit_bytes
+        model,
+        optimizer,
+        inputs=(inputs, targets),
+        device=device,
+        limit_bytes=limit_bytes,
+        round_to_blocks=round_to_blocks,
+        record_timeline=record_timeline,
     )
+    counter = StepFlopCounter() if count_flops else None
     try:
         with tracker:
-            _forward_backward_step(model, inputs, targets, segments, optimizer, loss_fn)
+            if counter is None:
+                _forward_backward_step(model, inputs, targets, segments, optimizer, loss_fn)
+            else:
+                with counter:
+                    _forward_backward_step(model, inputs, targets, segments, optimizer, loss_fn)
     except MemoryLimitExceeded:
         optimizer.zero_grad(set_to_none=True)
         raise
@@ -268,6 +317,11 @@ def measure_step(
         cuda_allocated_before=cuda_before,
         cuda_reason=figures.reason,
         nvml_reason=nvml.reason,
+        flops=None if counter is None else counter.result(),
+        phase_peak_bytes=dict(tracker.phase_peak_bytes),
+        rounded_to_blocks=round_to_blocks,
+        timeline=list(tracker.timeline) if record_timeline else None,
+        category_timeline=list(tracker.category_timeline) if record_timeline else None,
     )
 
 
@@ -431,6 +485,7 @@ def find_max_batch_size(
     max_batch: int = 256,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     optimizer_factory: OptimizerFactory | None = None,
+    round_to_blocks: bool = False,
 ) -> MaxBatchResult:
     """The largest batch whose training step fits ``budget_bytes``: the second article's experiment.
 
@@ -442,6 +497,8 @@ def find_max_batch_size(
     real under ``torch.cuda.set_per_process_memory_fraction(budget / total)``, treats an
     out-of-memory error as "does not fit", frees everything and goes on; the fraction is restored
     afterwards. The limit covers everything the process has allocated, other live tensors included.
+    ``device="meta"`` makes every trial a dry run (model and batch built on the meta device): the
+    tracked search at any size in well under a second per trial, on any machine.
     """
     _validate_search(sample_shape, budget_bytes, mode, max_batch)
     device = torch.device(device) if device is not None else default_device()
@@ -458,9 +515,15 @@ def find_max_batch_size(
 
     def run_trial(batch_size: int) -> int | None:
         """The trial's peak: tracked, or CUDA peak allocated in mode "cuda"."""
-        model = make_model().to(device)
-        inputs = torch.randn(batch_size, *sample_shape, generator=generator)
-        targets = torch.randint(0, num_classes, (batch_size,), generator=generator)
+        if device.type == "meta":  # a dry run: built there directly, no data drawn
+            with torch.device("meta"):
+                model = make_model()
+                inputs = torch.empty(batch_size, *sample_shape)
+                targets = torch.empty(batch_size, dtype=torch.long)
+        else:
+            model = make_model().to(device)
+            inputs = torch.randn(batch_size, *sample_shape, generator=generator)
+            targets = torch.randint(0, num_classes, (batch_size,), generator=generator)
         optimizer = factory(model.parameters())
         limit = budget_bytes if mode == "tracked" else None
         report = measure_step(
@@ -473,6 +536,7 @@ def find_max_batch_size(
             device,
             time_step=False,
             limit_bytes=limit,
+            round_to_blocks=round_to_blocks,
         )
         return report.cuda_peak_allocated if mode == "cuda" else report.peak_bytes
 
@@ -539,11 +603,13 @@ def sweep_segments(
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     device: torch.device | str | None = None,
     repeats: int = 1,
+    round_to_blocks: bool = False,
 ) -> list[SweepRecord]:
     """``measure_step`` at each segment count on the same model and inputs, side by side.
 
     Each count gets a fresh optimizer (default SGD, lr 1e-3, momentum 0.9) and starts with the
-    gradients set to None. ``repeats`` timed steps per count; the fastest is reported.
+    gradients set to None. ``repeats`` timed steps per count; the fastest is reported. On the
+    meta device every count is a dry run (no time ratios; FLOPs in each record).
     """
     counts = list(segment_counts)
     if not counts:
@@ -561,11 +627,13 @@ def sweep_segments(
             loss_fn,
             device,
             repeats=repeats,
+            round_to_blocks=round_to_blocks,
         )
         records.append(SweepRecord(**vars(report)))
     plain = next((r for r in records if r.segments in (0, 1)), None)
     if plain is not None:
         for record in records:
             record.peak_ratio = record.peak_bytes / plain.peak_bytes
-            record.time_ratio = record.seconds / plain.seconds
+            if record.seconds is not None and plain.seconds:
+                record.time_ratio = record.seconds / plain.seconds
     return records

@@ -115,21 +115,22 @@ def accumulate_gradients(
     targets: torch.Tensor,
     micro_batches: int = 1,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
-) -> float:
+) -> float | None:
     """Forward and backward over ``micro_batches`` slices whose gradients add up to the batch's.
 
     Each slice's loss is weighted by its share of the batch, so the summed gradient is the one of
-    the batch's mean loss, as in one pass. Returns that mean loss.
+    the batch's mean loss, as in one pass. Returns that mean loss (None in a dry run on the meta
+    device, where losses have no value).
     """
     if not 1 <= micro_batches <= len(inputs):
         raise ValueError(f"micro_batches must be in 1..{len(inputs)}, got {micro_batches}")
     loss_fn = loss_fn if loss_fn is not None else nn.CrossEntropyLoss()
-    total = 0.0
+    losses = []
     for x, y in zip(inputs.chunk(micro_batches), targets.chunk(micro_batches), strict=True):
         loss = loss_fn(model(x), y) * (len(x) / len(inputs))
         loss.backward()
-        total += loss.item()
-    return total
+        losses.append(loss.detach())
+    return None if inputs.device.type == "meta" else sum(loss.item() for loss in losses)
 
 
 def train_step(
@@ -139,9 +140,10 @@ def train_step(
     targets: torch.Tensor,
     micro_batches: int = 1,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
-) -> float:
+) -> float | None:
     """The article's step (zero_grad, forward, backward, optimizer step), in one pass over the
-    batch or accumulated over ``micro_batches`` slices. Returns the batch's mean loss."""
+    batch or accumulated over ``micro_batches`` slices. Returns the batch's mean loss (None on
+    the meta device)."""
     model.train()
     optimizer.zero_grad(set_to_none=True)
     loss = accumulate_gradients(model, inputs, targets, micro_batches, loss_fn)

@@ -6,6 +6,11 @@ step. Each op's new output storages are registered with their byte size, and a w
 each storage observes the moment it is freed. The running sum of live bytes and its peak are
 therefore measured, not computed from a formula.
 
+On the ``meta`` device (tensors with shapes and dtypes but no data) the same ops run, autograd
+builds the same graph, checkpoints recompute the same segments and the same storages are freed, so
+a step there is a **dry run**: the exact tensor bytes of a step of any size, in well under a second
+and without the memory, but no time.
+
 What it cannot see: scratch memory a kernel allocates internally and frees before returning
 (im2col buffers, cuDNN/cuBLAS workspaces). On CUDA those are in ``max_memory_allocated`` but not
 here; ``scripts/gpu_crosscheck.py`` states the difference.
@@ -26,6 +31,8 @@ import torch.nn as nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from tutorial_utils.phases import current_phase
+
 try:
     from torch.distributed.tensor import DTensor
 except ImportError:  # a torch built without distributed support has no sharded tensors
@@ -41,9 +48,10 @@ CUDA_BLOCK_BYTES = 512
 class TimelineEvent(NamedTuple):
     """Live tracked bytes right after one op."""
 
-    seconds: float  # since the tracker was entered
+    seconds: float  # since the tracker was entered (no meaning in a dry run)
     current_bytes: int
     op: str
+    phase: str = "forward"  # one of phases.PHASES
 
 
 @dataclass
@@ -55,17 +63,20 @@ class _Storage:
     kind: str = ""  # "state" (parameters, buffers, optimizer state at entry), "grad" or ""
 
 
-def storage_bytes(storage: torch.UntypedStorage) -> int:
-    """Bytes a storage occupies, rounded to allocator blocks on CUDA like the CUDA statistics."""
+def storage_bytes(storage: torch.UntypedStorage, round_to_blocks: bool = False) -> int:
+    """Bytes a storage occupies, rounded up to 512-byte allocator blocks on CUDA (as the CUDA
+    statistics count them) or wherever ``round_to_blocks`` asks for it (a dry run to be read
+    beside ``max_memory_allocated``)."""
     nbytes = storage.nbytes()
-    if storage.device.type == "cuda" and nbytes:
+    if (round_to_blocks or storage.device.type == "cuda") and nbytes:
         return -(-nbytes // CUDA_BLOCK_BYTES) * CUDA_BLOCK_BYTES
     return nbytes
 
 
 def _storage_of(value: object) -> torch.UntypedStorage | None:
-    """The storage behind a plain dense tensor; None for non-tensors and storage-less tensors."""
-    if not isinstance(value, torch.Tensor) or value.is_sparse or value.device.type == "meta":
+    """The storage behind a dense tensor, meta tensors included (their storage has a size and
+    no data); None for non-tensors and storage-less tensors."""
+    if not isinstance(value, torch.Tensor) or value.is_sparse:
         return None
     if isinstance(value, DTensor):  # sharded (FSDP2): this rank holds only its local shard
         value = value._local_tensor
@@ -123,6 +134,11 @@ class TensorMemoryTracker(TorchDispatchMode):
     ``device`` restricts the count to one device (as the CUDA statistics are per device).
     ``limit_bytes`` stops the step with ``MemoryLimitExceeded`` as soon as the live bytes exceed
     it, so a search over batch sizes never holds much more than its budget in real memory.
+    ``round_to_blocks`` counts every storage in 512-byte blocks, as CUDA's allocator does.
+
+    Each op is sorted into a phase (``phases.current_phase``); ``phase_peak_bytes`` is the peak
+    within each phase. With ``record_timeline`` every op is logged, and after exit
+    ``category_timeline`` gives, for each logged op, the live bytes of each category.
     """
 
     def __init__(
@@ -134,6 +150,7 @@ class TensorMemoryTracker(TorchDispatchMode):
         device: torch.device | str | None = None,
         record_timeline: bool = False,
         limit_bytes: int | None = None,
+        round_to_blocks: bool = False,
     ):
         super().__init__()
         self.model = model
@@ -142,7 +159,10 @@ class TensorMemoryTracker(TorchDispatchMode):
         self.device = torch.device(device) if device is not None else None
         self.record_timeline = record_timeline
         self.limit_bytes = limit_bytes
+        self.round_to_blocks = round_to_blocks
         self.timeline: list[TimelineEvent] = []
+        self.category_timeline: list[dict[str, int]] = []
+        self.phase_peak_bytes: dict[str, int] = {}
         self.baseline_bytes = 0
         self.current_bytes = 0
         self.peak_bytes = 0
@@ -159,6 +179,7 @@ class TensorMemoryTracker(TorchDispatchMode):
         self._state_bytes = 0  # live bytes of parameters, buffers and optimizer state at entry
         self._others_log: list[int] = []  # current bytes minus state bytes, after every op
         self._live_at_peak: dict[int, int] = {}  # serial -> bytes
+        self._lives: list[tuple[int, int, int, int]] = []  # (serial, born, freed, bytes), timeline
         self._hooks: list = []
         self._lock = threading.RLock()
         self._started = 0.0
@@ -182,7 +203,7 @@ class TensorMemoryTracker(TorchDispatchMode):
             known = self._live.get(key)
             if known is not None:
                 return known.serial
-            nbytes = storage_bytes(storage)
+            nbytes = storage_bytes(storage, self.round_to_blocks)
             if nbytes == 0:
                 return None
             ref = weakref.ref(storage, lambda _ref, key=key: self._on_free(key))
@@ -197,6 +218,8 @@ class TensorMemoryTracker(TorchDispatchMode):
             if entry is None or not self._active:
                 return
             self.current_bytes -= entry.nbytes
+            if self.record_timeline:
+                self._lives.append((entry.serial, entry.born, len(self._others_log), entry.nbytes))
             if entry.kind == "state":
                 self._state_bytes -= entry.nbytes
             elif entry.kind == "grad":
@@ -208,7 +231,13 @@ class TensorMemoryTracker(TorchDispatchMode):
             entry = self._live.get(storage._cdata)
             if entry is None:
                 return
-            nbytes = storage_bytes(storage)
+            nbytes = storage_bytes(storage, self.round_to_blocks)
+            if nbytes == entry.nbytes:
+                return
+            if self.record_timeline:  # the old size lived until now, the new one starts now
+                now = len(self._others_log)
+                self._lives.append((entry.serial, entry.born, now, entry.nbytes))
+                entry.born = now
             self.current_bytes += nbytes - entry.nbytes
             if entry.kind == "state":
                 self._state_bytes += nbytes - entry.nbytes
@@ -241,8 +270,10 @@ class TensorMemoryTracker(TorchDispatchMode):
         with self._lock:
             self._tag_grads([parameter.grad])
 
-    def _after_op(self) -> None:
+    def _after_op(self, phase: str = "forward") -> None:
         self._others_log.append(self.current_bytes - self._state_bytes)
+        if self.current_bytes > self.phase_peak_bytes.get(phase, -1):
+            self.phase_peak_bytes[phase] = self.current_bytes
         if self.current_bytes > self.peak_bytes:
             self.peak_bytes = self.current_bytes
             self._live_at_peak = {entry.serial: entry.nbytes for entry in self._live.values()}
@@ -276,7 +307,9 @@ class TensorMemoryTracker(TorchDispatchMode):
                 if isinstance(p, nn.Parameter) and p.requires_grad
             ]
             self.baseline_bytes = self.current_bytes
-            self._after_op()
+            self._others_log.append(self.current_bytes - self._state_bytes)
+            self.peak_bytes = self.current_bytes
+            self._live_at_peak = {entry.serial: entry.nbytes for entry in self._live.values()}
         self._started = time.perf_counter()
         return super().__enter__()
 
@@ -290,12 +323,15 @@ class TensorMemoryTracker(TorchDispatchMode):
                 self._tag_grads(p.grad for p in self.model.parameters())
             self._classify_peak()
             self._measure_activation_peak()
+            if self.record_timeline:
+                self._build_category_timeline()
             self._active = False
             self._live.clear()  # dropping the weakrefs cancels their callbacks
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
+        phase = current_phase()
         input_keys = {
             storage._cdata
             for value in tree_leaves((args, kwargs))
@@ -310,28 +346,56 @@ class TensorMemoryTracker(TorchDispatchMode):
                     self._refresh(storage)
                 else:
                     self._register(storage)
-            self._after_op()
+            self._after_op(phase)
             if self.record_timeline:
                 elapsed = time.perf_counter() - self._started
-                self.timeline.append(TimelineEvent(elapsed, self.current_bytes, str(func)))
+                self.timeline.append(TimelineEvent(elapsed, self.current_bytes, str(func), phase))
         self._check_limit()
         return out
 
-    def _classify_peak(self) -> None:
+    def _category_of(self) -> dict[str, set[int]]:
+        """Serials by category, known only at exit (gradients and lazy optimizer state)."""
         optimizer_serials = self._optimizer_serials | {
             entry.serial for entry in self._live_entries(optimizer_state_tensors(self.optimizer))
         }
+        return {
+            "parameters": self._parameter_serials,
+            "gradients": self._grad_serials - self._parameter_serials,
+            "optimizer_state": optimizer_serials - self._parameter_serials - self._grad_serials,
+        }
+
+    def _classify(self, serial: int, known: dict[str, set[int]]) -> str:
+        for category, serials in known.items():
+            if serial in serials:
+                return category
+        return "activations"
+
+    def _classify_peak(self) -> None:
+        known = self._category_of()
         breakdown = dict.fromkeys(CATEGORIES, 0)
         for serial, nbytes in self._live_at_peak.items():
-            if serial in self._parameter_serials:
-                breakdown["parameters"] += nbytes
-            elif serial in self._grad_serials:
-                breakdown["gradients"] += nbytes
-            elif serial in optimizer_serials:
-                breakdown["optimizer_state"] += nbytes
-            else:
-                breakdown["activations"] += nbytes
+            breakdown[self._classify(serial, known)] += nbytes
         self.breakdown_at_peak = breakdown
+
+    def _build_category_timeline(self) -> None:
+        """Live bytes per category after each logged op, from every storage's life span."""
+        steps = len(self._others_log)
+        known = self._category_of()
+        lives = self._lives + [
+            (entry.serial, entry.born, steps, entry.nbytes) for entry in self._live.values()
+        ]
+        change = {category: [0] * (steps + 1) for category in CATEGORIES}
+        for serial, born, freed, nbytes in lives:
+            column = change[self._classify(serial, known)]
+            column[born] += nbytes
+            column[freed] -= nbytes
+        running = dict.fromkeys(CATEGORIES, 0)
+        per_step = []
+        for step in range(steps):
+            for category in CATEGORIES:
+                running[category] += change[category][step]
+            per_step.append(dict(running))
+        self.category_timeline = per_step[1:]  # entry 0 is the state on entering, before any op
 
     def _measure_activation_peak(self) -> None:
         """max over ops of (live bytes - state - gradients alive then), gradients found late."""

@@ -1,0 +1,48 @@
+"""Which part of a training step is running: forward, backward, recompute or optimizer.
+
+The memory tracker and the FLOP counter both sort each op by phase, so a timeline can mark where
+the backward pass starts and a checkpointed step can say how much work its recomputation costs.
+Whoever runs the step declares the coarse phase (``with step_phase("optimizer"):``); inside a
+backward pass an op that runs with gradients enabled is a checkpoint's recomputation (both
+checkpoint modes re-run the forward under ``torch.enable_grad()``, while autograd runs backward
+functions with gradients disabled). Inside autograd's graph task the phase is read from autograd
+itself, which also covers its worker threads on CUDA, where nothing is declared.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+
+PHASES = ("forward", "backward", "recompute", "optimizer")
+
+_declared = threading.local()
+
+
+@contextmanager
+def step_phase(name: str) -> Iterator[None]:
+    """Declare the phase of the code inside the block (forward, backward or optimizer)."""
+    if name not in ("forward", "backward", "optimizer"):
+        raise ValueError(f"a declared phase is forward, backward or optimizer, got {name!r}")
+    previous = getattr(_declared, "phase", None)
+    _declared.phase = name
+    try:
+        yield
+    finally:
+        _declared.phase = previous
+
+
+def _in_backward() -> bool:
+    # The id of the running autograd graph task; -1 outside backward. Private, as in
+    # torch.utils.checkpoint itself, which uses it to detect recomputation.
+    return torch._C._current_graph_task_id() != -1
+
+
+def current_phase() -> str:
+    """The phase of the op running now (one of ``PHASES``)."""
+    if _in_backward():  # also true in autograd's worker threads, where nothing is declared
+        return "recompute" if torch.is_grad_enabled() else "backward"
+    return getattr(_declared, "phase", None) or "forward"
