@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from tutorial_utils.phases import PHASES
 from tutorial_utils.profiles import describe_device, get_profile
 from tutorial_utils.tracker import CATEGORIES
 
@@ -24,6 +25,18 @@ CATEGORY_COLORS = {
     "gradients": "#dd8452",
     "optimizer_state": "#55a868",
     "activations": "#c44e52",
+}
+CATEGORY_NAMES = {
+    "parameters": "parameters and buffers",
+    "gradients": "gradients",
+    "optimizer_state": "optimizer state",
+    "activations": "activations and other",
+}
+PHASE_COLORS = {
+    "forward": "#8da0cb",
+    "backward": "#fc8d62",
+    "recompute": "#e78ac3",
+    "optimizer": "#a6d854",
 }
 
 
@@ -283,3 +296,94 @@ def plot_histories(
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     return _finish(fig, "Training histories", subtitle, device)
+
+
+def _phase_runs(phases: Sequence[str]) -> list[tuple[str, int, int]]:
+    """``(phase, first op, op count)`` for each run of consecutive ops in one phase."""
+    runs: list[tuple[str, int, int]] = []
+    for index, phase in enumerate(phases):
+        if runs and runs[-1][0] == phase:
+            name, start, count = runs[-1]
+            runs[-1] = (name, start, count + 1)
+        else:
+            runs.append((phase, index, 1))
+    return runs
+
+
+def plot_step_timelines(reports: Mapping[str, Any], *, subtitle: str | None = None) -> Figure:
+    """Live memory of one training step, op by op, stacked by category, one panel per report.
+
+    What PyTorch's CUDA memory snapshot viewer draws, from the tracker: each report must come from
+    ``measure_step(..., record_timeline=True)`` (or ``dry_run_step``). A strip under each panel
+    marks the phase of every op (forward, backward, recompute, optimizer); panels share the
+    memory axis so their peaks compare at a glance.
+    """
+    if not reports:
+        raise ValueError(
+            "reports is empty: pass {'label': dry_run_step(..., record_timeline=True)}"
+        )
+    missing = [label for label, r in reports.items() if not getattr(r, "category_timeline", None)]
+    if missing:
+        raise ValueError(f"no timeline in {missing}: measure with record_timeline=True")
+    fig, axes = plt.subplots(
+        2,
+        len(reports),
+        figsize=(5.6 * len(reports), 4.8),
+        squeeze=False,
+        sharey="row",
+        gridspec_kw={"height_ratios": [12, 1]},
+    )
+    plt.close(fig)
+    top = max(r.peak_bytes for r in reports.values()) / MB
+    for column, (label, report) in enumerate(reports.items()):
+        ax, strip = axes[0][column], axes[1][column]
+        ops = range(1, len(report.category_timeline) + 1)
+        stacks = [
+            [step[category] / MB for step in report.category_timeline] for category in CATEGORIES
+        ]
+        ax.stackplot(
+            ops,
+            stacks,
+            colors=[CATEGORY_COLORS[c] for c in CATEGORIES],
+            labels=[CATEGORY_NAMES[c] for c in CATEGORIES],
+            step="post",
+        )
+        peak_op = max(ops, key=lambda op: report.timeline[op - 1].current_bytes)
+        ax.annotate(
+            f"peak {report.peak_bytes / MB:,.0f} MB",
+            (peak_op, report.peak_bytes / MB),
+            xytext=(0, 4),
+            textcoords="offset points",
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
+        ax.set_ylim(0, 1.15 * top)
+        ax.set_xlim(1, len(ops))
+        ax.set_title(label, fontsize=10)
+        ax.tick_params(labelbottom=False)
+        ax.grid(alpha=0.3, axis="y")
+        if column == 0:
+            ax.set_ylabel("live tensor memory (MB)")
+        for phase, start, count in _phase_runs([event.phase for event in report.timeline]):
+            strip.broken_barh([(start + 1, count)], (0, 1), color=PHASE_COLORS[phase])
+        strip.set_xlim(1, len(ops))
+        strip.set_yticks([])
+        strip.set_xlabel("op number in the step")
+    handles, names = axes[0][0].get_legend_handles_labels()
+    phase_handles = [plt.Rectangle((0, 0), 1, 1, color=PHASE_COLORS[p]) for p in PHASES]
+    fig.legend(
+        handles[::-1] + phase_handles,
+        names[::-1] + [f"phase: {p}" for p in PHASES],
+        loc="center left",
+        bbox_to_anchor=(1.0, 0.5),
+        fontsize=8,
+        frameon=False,
+    )
+    first = next(iter(reports.values()))
+    fig.suptitle(
+        f"One training step, op by op\n{subtitle or first.source}",
+        fontsize=11,
+    )
+    fig.tight_layout()
+    return fig
