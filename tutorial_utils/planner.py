@@ -8,6 +8,10 @@ segments (each checkpointed or not), and a dynamic program picks the boundaries:
 the plan of least recompute time whose predicted peak fits; without one, the plan of least peak.
 The idea is Chen et al. (2016)'s budgeted sqrt(n) scheme made exact for a chain, as rotor does.
 
+Profiling works on the meta device too (a model and a sample there: the article's 224 px on any
+laptop). There no time exists, so each module's forward FLOPs stand in for its forward time, and
+the recompute cost the program minimises is in FLOPs; on a real device it is in seconds.
+
 What the prediction covers (``Plan.predicted_peak_bytes``): parameters and buffers, the input
 batch, gradients as backward creates them (``.grad`` starts at None, as after
 ``zero_grad(set_to_none=True)``), saved activations, the activation being produced and the
@@ -28,6 +32,7 @@ import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
 from tutorial_utils.checkpointing import segment_boundaries
+from tutorial_utils.flops import StepFlopCounter
 from tutorial_utils.memory import sweep_segments
 from tutorial_utils.models import vgg16_classifier
 from tutorial_utils.profiles import Profile as TutorialProfile
@@ -51,7 +56,13 @@ class LayerCost:
     saves_output: bool  # ... or its output (ReLU does)
     internal_bytes: int  # other saved storages (pooling indices, dropout masks, BN statistics)
     parameter_bytes: int  # its gradients' size, created during its backward
-    forward_seconds: float
+    forward_seconds: float | None  # None on the meta device, where nothing takes time
+    forward_flops: int = 0  # what its forward costs when time cannot be measured
+
+    @property
+    def recompute_cost(self) -> float:
+        """What recomputing the module costs: seconds where measured, else FLOPs."""
+        return self.forward_flops if self.forward_seconds is None else self.forward_seconds
 
 
 @dataclass(frozen=True)
@@ -63,6 +74,11 @@ class ModelProfile:
 
     def __len__(self) -> int:
         return len(self.layers)
+
+    @property
+    def timed(self) -> bool:
+        """True when profiled on a real device (recompute cost in seconds, not FLOPs)."""
+        return all(layer.forward_seconds is not None for layer in self.layers)
 
     def kept_bytes_per_layer(self) -> list[int]:
         """Bytes each module keeps for backward without checkpointing, each storage counted once.
@@ -88,7 +104,8 @@ class ModelProfile:
 
 
 def _storage_key(tensor: torch.Tensor) -> int:
-    return tensor.untyped_storage().data_ptr()
+    """Identity of a tensor's storage while it lives (data pointers are all 0 on meta)."""
+    return tensor.untyped_storage()._cdata
 
 
 @torch.no_grad()
@@ -101,21 +118,30 @@ def profile_sequential(model: nn.Sequential, sample_input: torch.Tensor) -> Mode
 
     Saved storages are found with ``saved_tensors_hooks``; parameters and buffers are left out
     (they are there anyway). The forward runs twice (the first warms up kernels) and each module's
-    time is the faster of the two. RNG state and BatchNorm running statistics are restored, so
-    profiling changes nothing. Profile in the mode you train in (``model.train()``).
+    time is the faster of the two; on the meta device it runs once and has FLOPs, no time. RNG
+    state and BatchNorm running statistics are restored, so profiling changes nothing. Profile in
+    the mode you train in (``model.train()``).
     """
     if not isinstance(model, nn.Sequential) or len(model) == 0:
         raise ValueError("plan_checkpoints needs a non-empty nn.Sequential")
     model_keys = {_storage_key(t) for t in [*model.parameters(), *model.buffers()]}
+    dry_run = sample_input.device.type == "meta"
     snapshot = _snapshot_buffers(model)
     with torch.random.fork_rng(devices=_cuda_devices(sample_input)):
         first = _profile_pass(model, sample_input, model_keys)
-        second = _profile_pass(model, sample_input, model_keys)
+        second = first if dry_run else _profile_pass(model, sample_input, model_keys)
     with torch.no_grad():
         for buffer, saved in snapshot:
             buffer.copy_(saved)
     layers = tuple(
-        LayerCost(**{**a, "forward_seconds": min(a["forward_seconds"], b["forward_seconds"])})
+        LayerCost(
+            **{
+                **a,
+                "forward_seconds": None
+                if dry_run
+                else min(a["forward_seconds"], b["forward_seconds"]),
+            }
+        )
         for a, b in zip(first, second, strict=True)
     )
     constant = sum(t.untyped_storage().nbytes() for t in [*model.parameters(), *model.buffers()])
@@ -140,7 +166,8 @@ def _profile_pass(model: nn.Sequential, x: torch.Tensor, model_keys: set[int]) -
         _synchronize(x)
         started = time.perf_counter()
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-            y = module(x)
+            with StepFlopCounter() as flops:
+                y = module(x)
         _synchronize(x)
         seconds = time.perf_counter() - started
         in_key, out_key = _storage_key(x), _storage_key(y)
@@ -154,6 +181,7 @@ def _profile_pass(model: nn.Sequential, x: torch.Tensor, model_keys: set[int]) -
                 "internal_bytes": sum(b for k, b in saved.items() if k not in (in_key, out_key)),
                 "parameter_bytes": sum(p.untyped_storage().nbytes() for p in module.parameters()),
                 "forward_seconds": seconds,
+                "forward_flops": flops.result().total,
             }
         )
         x = y
@@ -259,11 +287,11 @@ def _output_grad_bytes(layer: LayerCost) -> int:
 
 @dataclass(frozen=True)
 class _Partial:
-    """A plan for modules ``0..j-1``: bytes left behind, peak so far, recompute time."""
+    """A plan for modules ``0..j-1``: bytes left behind, peak so far, recompute cost."""
 
     stored: int
     peak: int
-    seconds: float
+    cost: float
     segments: tuple[Segment, ...] = field(default=())
 
 
@@ -284,9 +312,9 @@ class _CostTable:
 
     def __init__(self, profile: ModelProfile):
         self.profile = profile
-        self.prefix_seconds = [0.0]
+        self.prefix_cost = [0.0]  # recompute cost of modules 0..j-1: seconds, or FLOPs on meta
         for layer in profile.layers:
-            self.prefix_seconds.append(self.prefix_seconds[-1] + layer.forward_seconds)
+            self.prefix_cost.append(self.prefix_cost[-1] + layer.recompute_cost)
         self._costs: dict[tuple[int, int, bool, bool], tuple[int, int]] = {}
 
     def cost(self, start: int, end: int, checkpointed: bool, after_plain: bool) -> tuple[int, int]:
@@ -303,11 +331,11 @@ class _CostTable:
         start = partial.segments[-1][1] if partial.segments else 0
         after_plain = bool(partial.segments) and not partial.segments[-1][2]
         stored, high = self.cost(start, end, checkpointed, after_plain)
-        seconds = self.prefix_seconds[end] - self.prefix_seconds[start] if checkpointed else 0.0
+        cost = self.prefix_cost[end] - self.prefix_cost[start] if checkpointed else 0.0
         return _Partial(
             partial.stored + stored,
             max(partial.peak, partial.stored + high),
-            partial.seconds + seconds,
+            partial.cost + cost,
             (*partial.segments, (start, end, checkpointed)),
         )
 
@@ -337,9 +365,9 @@ class _CostTable:
     def fastest_within(self, activation_budget: float) -> _Partial | None:
         """The plan of least recompute whose peak above the baseline fits (least peak on ties)."""
         finished = self.finished_plans(
-            lambda p: p.peak <= activation_budget, lambda p: (p.stored, p.seconds, p.peak)
+            lambda p: p.peak <= activation_budget, lambda p: (p.stored, p.cost, p.peak)
         )
-        return min(finished, key=lambda p: (p.seconds, p.peak), default=None)
+        return min(finished, key=lambda p: (p.cost, p.peak), default=None)
 
     def least_peak(self) -> int:
         """The smallest peak above the baseline that any plan reaches."""
@@ -355,14 +383,22 @@ class Plan:
     ``boundaries``: ``(start, end, checkpointed)`` for each run of modules, covering the model
     in order. ``predicted_peak_bytes``: the step's predicted peak (see the module docstring for
     what it covers), ``baseline_bytes`` of which are parameters, buffers and the batch.
-    ``recompute_seconds``: forward time of the checkpointed modules, paid again in backward.
+    ``recompute_seconds``: forward time of the checkpointed modules, paid again in backward
+    (None when profiled on the meta device); ``recompute_flops``: their forward FLOPs.
     """
 
     boundaries: list[Segment]
     predicted_peak_bytes: int
     baseline_bytes: int
-    recompute_seconds: float
+    recompute_seconds: float | None
+    recompute_flops: int = 0
     layer_names: tuple[str, ...] = field(default=(), repr=False)
+
+    def recompute_label(self) -> str:
+        """'recompute 12 ms', or in GFLOP where the plan was made on the meta device."""
+        if self.recompute_seconds is None:
+            return f"recompute {self.recompute_flops / 1e9:,.1f} GFLOP"
+        return f"recompute {self.recompute_seconds * 1000:.0f} ms"
 
     @property
     def checkpointed_segments(self) -> int:
@@ -399,7 +435,7 @@ class Plan:
         )
         return (
             f"Plan[{runs}] predicted peak {self.predicted_peak_bytes / MB:.1f} MB, "
-            f"recompute {self.recompute_seconds * 1000:.0f} ms"
+            f"{self.recompute_label()}"
         )
 
     def describe(self) -> str:
@@ -415,7 +451,7 @@ class Plan:
             f"{(self.predicted_peak_bytes - self.baseline_bytes) / MB:.1f} MB activations and "
             "gradients (optimizer state not included)"
         )
-        lines.append(f"recompute {self.recompute_seconds * 1000:.1f} ms per step (profiled)")
+        lines.append(f"{self.recompute_label()} per step (profiled)")
         return "\n".join(lines)
 
 
@@ -451,11 +487,18 @@ def _check_boundaries(boundaries: list[Segment], n_modules: int) -> None:
 
 
 def _plan_from(profile: ModelProfile, partial: _Partial) -> Plan:
+    flops = sum(
+        layer.forward_flops
+        for start, end, checkpointed in partial.segments
+        if checkpointed
+        for layer in profile.layers[start:end]
+    )
     return Plan(
         boundaries=list(partial.segments),
         predicted_peak_bytes=profile.baseline_bytes + partial.peak,
         baseline_bytes=profile.baseline_bytes,
-        recompute_seconds=partial.seconds,
+        recompute_seconds=partial.cost if profile.timed else None,
+        recompute_flops=flops,
         layer_names=tuple(layer.name for layer in profile.layers),
     )
 
@@ -583,7 +626,8 @@ def measure_strategies(
     """One ``measure_step`` per strategy (same weights, same batch, a fresh SGD each), as rows.
 
     Columns follow ``python -m tutorial_utils bench`` (ratios to the first strategy, which should
-    be "none"), plus ``added_mb`` (gradients + activations at the tracked peak: what the plan
+    be "none"; on the meta device the steps are dry runs, with FLOP ratios instead of time
+    ratios), plus ``added_mb`` (gradients + activations at the tracked peak: what the plan
     changes) beside ``predicted_added_mb`` and the ratios to the best uniform split measured.
     """
     records = sweep_segments(
@@ -596,15 +640,20 @@ def measure_strategies(
     for row in rows:
         row["tracked_peak_ratio"] = row["tracked_peak_mb"] / base["tracked_peak_mb"]
         row["added_ratio"] = row["added_mb"] / base["added_mb"]
-        row["step_ratio"] = row["step_seconds"] / base["step_seconds"]
+        row["step_ratio"] = _ratio(row["step_seconds"], base["step_seconds"])
+        row["flops_ratio"] = _ratio(row["step_gflop"], base["step_gflop"])
         row["tracked_peak_vs_best_uniform"] = (
             None if best is None else row["tracked_peak_mb"] / best["tracked_peak_mb"]
         )
         row["added_vs_best_uniform"] = None if best is None else row["added_mb"] / best["added_mb"]
         row["step_vs_best_uniform"] = (
-            None if best is None else row["step_seconds"] / best["step_seconds"]
+            None if best is None else _ratio(row["step_seconds"], best["step_seconds"])
         )
     return rows
+
+
+def _ratio(value: float | None, base: float | None) -> float | None:
+    return None if value is None or not base else value / base
 
 
 def _strategy_row(model_name: str, strategy: Strategy, record) -> dict:
@@ -629,6 +678,8 @@ def _strategy_row(model_name: str, strategy: Strategy, record) -> dict:
         ),
         "nvml_used_mb": record.nvml_used_mb,
         "step_seconds": record.seconds,
+        "step_gflop": None if record.flops is None else record.flops.total / 1e9,
+        "source": record.source,
     }
 
 

@@ -114,7 +114,7 @@ def plot_plan(profile: ModelProfile, plan: Plan, title: str, subtitle: str | Non
     added = (plan.predicted_peak_bytes - plan.baseline_bytes) / MB
     fig.suptitle(
         f"{title}: predicted {added:.1f} MB above parameters and batch, "
-        f"recompute {plan.recompute_seconds * 1000:.0f} ms\n{subtitle or figure_subtitle()}",
+        f"{plan.recompute_label()}\n{subtitle or figure_subtitle()}",
         fontsize=10,
     )
     fig.tight_layout()
