@@ -10,9 +10,11 @@ from tutorial_utils.planner import (
     Plan,
     evaluate_plan,
     iter_uniform_plans,
+    measure_strategies,
     neta_as_sequential,
     plan_from_profile,
     profile_sequential,
+    strategy_menu,
     uniform_boundaries,
 )
 from tutorial_utils.planner_figures import BudgetExplorer, pareto_front, strategy_table
@@ -299,3 +301,32 @@ def test_strategy_table_lines_up_and_marks_missing_predictions():
     }
     lines = strategy_table([row]).splitlines()
     assert len(lines) == 2 and len(lines[0]) == len(lines[1]) and "n/a" in lines[1]
+
+
+def test_dry_run_rows_get_flop_columns_key_rows_and_a_floor_table():
+    from tutorial_utils.dryrun import build_on_meta
+    from tutorial_utils.limits import peak_floor
+    from tutorial_utils.planner_figures import floor_table, key_rows, plot_pareto
+
+    model = build_on_meta(lambda: neta_as_sequential(NetA()))
+    inputs = torch.empty(8, 3, 64, 64, device="meta")
+    targets = torch.empty(8, dtype=torch.long, device="meta")
+    menu = strategy_menu(model, inputs, uniform_counts=[2, 3, 9], selective_regions=(3,))
+    rows = measure_strategies(model, inputs, targets, menu, model_name="NetA")
+    assert all(row["step_seconds"] is None and row["step_ratio"] is None for row in rows)
+    assert rows[0]["flops_ratio"] == 1.0 and all(row["flops_ratio"] >= 1.0 for row in rows)
+    table = strategy_table(rows).splitlines()
+    assert table[0].startswith("dry run (meta device)") and "GFLOP" in table[1]
+    shown = key_rows(rows)
+    uniform_shown = [row for row in shown if row["kind"] == "uniform"]
+    assert len(uniform_shown) == 1  # only the best uniform split, not all of them
+    assert uniform_shown[0]["tracked_peak_mb"] == min(
+        row["tracked_peak_mb"] for row in rows if row["kind"] == "uniform"
+    )
+    floor = peak_floor(model, inputs, targets)
+    text = floor_table(rows, floor)
+    assert "floor (no plan goes below)" in text and floor.describe() in text
+    assert all(row["tracked_peak_mb"] >= floor.floor_bytes / 2**20 for row in rows)
+    figure = plot_pareto(rows, "NetA", y="tracked_peak_mb", floor_mb=floor.floor_bytes / 2**20)
+    assert "FLOPs" in figure.axes[0].get_xlabel()
+    assert "dry run" in figure._suptitle.get_text()

@@ -79,7 +79,7 @@ def test_segment_sweep_marks_sqrt_n():
     records = sweep_segments(model, *batch(), [0, 2, 4])
     figure = plot_segment_sweep(records, n_modules=len(model))
     assert_labelled(figure)
-    assert len(figure.axes) == 2  # memory and time axes
+    assert len(figure.axes) == 3  # memory and time axes, and the activation panel
     legend = [t.get_text() for t in figure.axes[0].get_legend().get_texts()]
     assert any("sqrt(n) = 4.0" in text for text in legend)
 
@@ -132,3 +132,26 @@ def test_histories_three_panels():
 def test_empty_input_is_a_clear_error(plot):
     with pytest.raises(ValueError, match="empty"):
         plot({} if plot is not plot_segment_sweep else [])
+
+
+def test_step_timelines_stack_categories_and_mark_phases():
+    from tutorial_utils.plotting import plot_step_timelines
+
+    model = chain()
+    inputs, targets = batch()
+    reports = {
+        f"segments={s}": measure_step(model, inputs, targets, s, record_timeline=True)
+        for s in (0, 4)
+    }
+    figure = plot_step_timelines(reports)
+    assert "measured: real step on cpu" in figure._suptitle.get_text()
+    memory_axes = [ax for ax in figure.axes if ax.get_title()]
+    assert [ax.get_title() for ax in memory_axes] == list(reports)
+    assert all(len(ax.collections) == 4 for ax in memory_axes)  # one stacked area per category
+    legend = [t.get_text() for t in figure.legends[0].get_texts()]
+    assert "phase: recompute" in legend and "optimizer state" in legend
+    figure.canvas.draw()
+    with pytest.raises(ValueError, match="record_timeline=True"):
+        plot_step_timelines({"plain": measure_step(model, inputs, targets, 0)})
+    with pytest.raises(ValueError, match="empty"):
+        plot_step_timelines({})

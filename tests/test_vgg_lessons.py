@@ -86,37 +86,38 @@ def test_vgg16_at_224_px_is_dominated_by_the_first_block() -> None:
     assert account.layers[1].saved_bytes == relu_224
     first_block = sum(layer.saved_bytes for layer in account.layers[:5])
     assert first_block > 0.4 * account.total_saved_bytes
-    assert account.total_saved_bytes > vgg_lessons.model_state_bytes(vgg16_classifier())
 
 
-def test_predicted_peak_follows_the_split() -> None:
-    account = vgg_lessons.saved_activations(small_net(), (2, 3, 8, 8))
-    total = account.total_saved_bytes
-    assert vgg_lessons.predicted_activation_peak(account, 0) == total
-    assert vgg_lessons.predicted_activation_peak(account, 1) == total
-    assert vgg_lessons.predicted_activation_peak(account, 2) < total
-    segments, peak = vgg_lessons.best_split(account)
-    assert peak == min(vgg_lessons.predicted_activation_peak(account, s) for s in range(9))
-    assert segments >= 2
-    with pytest.raises(ValueError, match="0..8"):
-        vgg_lessons.predicted_activation_peak(account, 9)
+def test_article_layout_split_saves_almost_nothing_measured_by_dry_run() -> None:
+    records = vgg_lessons.dry_run_sweep(vgg16_classifier(), 64, [0, 2])
+    plain, split = records
+    assert plain.dry_run and plain.seconds is None
+    # the peak sits in the backward pass through the recomputed features: not one byte saved
+    assert split.peak_bytes == plain.peak_bytes
+    assert split.activation_peak_bytes == plain.activation_peak_bytes
+    assert split.flops.recompute > 0.99 * plain.flops.forward  # it recomputes nearly everything
 
 
-def test_article_layout_split_saves_almost_nothing() -> None:
-    account = vgg_lessons.saved_activations(vgg16_classifier(), (64, 3, 224, 224))
-    plain = vgg_lessons.predicted_activation_peak(account, 0)
-    assert 0 < plain - vgg_lessons.predicted_activation_peak(account, 2) < 0.01 * plain
+def test_flat_layout_best_split_and_table_at_224_px() -> None:
+    records = vgg_lessons.dry_run_sweep(vgg16_classifier(layout="flat"), 64, [0, 2, 6, 40])
+    best = vgg_lessons.best_uniform_split(records)
+    assert best.segments == 6 and best.peak_bytes < 0.85 * records[0].peak_bytes
+    assert records[-1].activation_peak_bytes > best.activation_peak_bytes  # too many segments
+    table = vgg_lessons.format_sweep(records, chosen=6)
+    assert "dry run (meta device)" in table and "GFLOP" in table and "<- chosen" in table
 
 
-def test_step_timeline_shows_less_memory_after_a_checkpointed_forward() -> None:
+def test_step_timelines_are_real_or_dry_by_the_inputs_device() -> None:
     model = small_net()
     targets = torch.tensor([0, 1])
-    plain = vgg_lessons.step_timeline(model, INPUTS, targets, 0)
-    ckpt = vgg_lessons.step_timeline(model, INPUTS, targets, 2)
-    assert ckpt.after_forward_bytes < plain.after_forward_bytes
-    assert plain.samples[0].tracked_bytes == 0 and len(plain.samples) > 10
-    assert max(s.tracked_bytes for s in plain.samples) == plain.peak_bytes
-    assert all(p.grad is None for p in model.parameters())
+    real = vgg_lessons.step_timelines(model, INPUTS, targets)
+    dry = vgg_lessons.step_timelines(model, INPUTS.to("meta"), targets.to("meta"))
+    assert list(real) == ["segments=0", "segments=2"]
+    for label in real:
+        assert not real[label].dry_run and dry[label].dry_run
+        assert real[label].peak_bytes == dry[label].peak_bytes
+        assert len(real[label].category_timeline) == len(real[label].timeline) > 10
+    assert all(p.grad is None and p.device.type == "cpu" for p in model.parameters())
 
 
 def test_reentrant_without_input_grad_leaves_the_checkpointed_segment_without_gradients() -> None:
@@ -199,22 +200,36 @@ def test_torch_checkpoint_sequential_with_one_segment_has_the_plain_peak() -> No
     assert peak(vgg_lessons.TorchCheckpointSequential(4)) < plain
 
 
-def test_segment_explorer_measures_once_and_shows_the_chosen_count() -> None:
+def test_segment_explorer_measures_once_per_scale_and_shows_the_chosen_count() -> None:
     calls = []
 
     def make_batch(batch_size):
         calls.append(batch_size)
         return torch.randn(batch_size, 3, 8, 8), torch.randint(0, 2, (batch_size,))
 
-    explorer = vgg_lessons.SegmentExplorer(small_net(), make_batch, initial_counts=(0, 2))
-    text, sweep, breakdown = explorer.show(4, 2)
-    assert "<- chosen" in text and len(explorer.records) == 3
-    explorer.show(4, 2)
+    pooled = nn.Sequential(  # any input size, as the explorer's 224 px scale needs
+        nn.Conv2d(3, 4, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(4, 4, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(2),
+        nn.Flatten(),
+        nn.Dropout(0.0),
+        nn.Linear(16, 2),
+    )
+    explorer = vgg_lessons.SegmentExplorer(pooled, make_batch, initial_counts=(0, 2))
+    text, sweep, breakdown = explorer.show(4, 2, vgg_lessons.MACHINE_SCALE)
+    assert "<- chosen" in text and len(explorer.records) == 3 and "step s" in text
+    explorer.show(4, 2, vgg_lessons.MACHINE_SCALE)
     assert calls == [2]  # nothing measured twice
-    explorer.show(8, 2)
+    explorer.show(8, 2, vgg_lessons.MACHINE_SCALE)
     assert len(explorer.records) == 4 and calls == [2, 2]
+    text, _, _ = explorer.show(4, 2, vgg_lessons.ARTICLE_SCALE)  # 224 px, never via make_batch
+    assert calls == [2, 2] and "dry run" in text and len(explorer.records) == 7
     with pytest.raises(ValueError, match="out of range"):
         explorer.show(9, 2)
+    with pytest.raises(ValueError, match="scale must be one of"):
+        explorer.show(2, 2, "huge")
 
 
 def test_sqrt_rule() -> None:

@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from tutorial_utils.limits import PeakFloor
 from tutorial_utils.planner import MB, ModelProfile, Plan, evaluate_plan, plan_from_profile
 from tutorial_utils.plotting import figure_subtitle
 from tutorial_utils.widgets import budget_slider, result_outputs
@@ -40,20 +41,30 @@ def pareto_front(rows: Sequence[dict], x: str, y: str) -> list[dict]:
 
 
 def plot_pareto(
-    rows: Sequence[dict], title: str, *, y: str = "added_mb", subtitle: str | None = None
+    rows: Sequence[dict],
+    title: str,
+    *,
+    y: str = "added_mb",
+    subtitle: str | None = None,
+    floor_mb: float | None = None,
 ) -> Figure:
-    """Memory against step time for every strategy, the Pareto front joined by a line.
+    """Memory against time for every strategy, the Pareto front joined by a line.
 
     ``y="added_mb"`` plots what the step adds on top of parameters, batch and optimizer state
-    (gradients + activations at the tracked peak); ``"tracked_peak_mb"`` the whole peak.
+    (gradients + activations at the tracked peak); ``"tracked_peak_mb"`` the whole peak. Rows of
+    real steps are placed by measured step time; rows of dry runs (no time) by their FLOPs over
+    the first row's, the predicted time ratio. ``floor_mb`` draws the peak no plan can beat
+    (``limits.peak_floor``), in the units of ``y``.
     """
-    fig, ax = plt.subplots(figsize=(8, 4.8))
+    dry = all(row["step_seconds"] is None for row in rows)
+    x = "flops_ratio" if dry else "step_seconds"
+    fig, ax = plt.subplots(figsize=(9.5, 4.8))
     plt.close(fig)
     for kind, (color, marker) in KIND_STYLES.items():
         points = [row for row in rows if row["kind"] == kind]
         if points:
             ax.scatter(
-                [row["step_seconds"] for row in points],
+                [row[x] for row in points],
                 [row[y] for row in points],
                 c=color,
                 marker=marker,
@@ -61,31 +72,41 @@ def plot_pareto(
                 label=kind,
                 zorder=3,
             )
-    front = pareto_front(rows, "step_seconds", y)
+    front = pareto_front(rows, x, y)
     ax.step(
-        [row["step_seconds"] for row in front],
+        [row[x] for row in front],
         [row[y] for row in front],
         where="post",
         color="#c44e52",
         alpha=0.4,
         label="Pareto front",
     )
+    if floor_mb is not None:
+        ax.axhline(
+            floor_mb, color="black", linestyle="--", linewidth=1, label="floor: no plan below"
+        )
     for row in rows:
-        if row["kind"] != "uniform":
+        if row["kind"] not in ("uniform", "planned") or row["checkpointing"].endswith("least peak"):
             ax.annotate(
                 row["checkpointing"],
-                (row["step_seconds"], row[y]),
+                (row[x], row[y]),
                 textcoords="offset points",
                 xytext=(5, 4),
                 fontsize=7,
             )
-    ax.set_xlabel("step time (s, one measured step each)")
+    ax.set_xlabel(
+        "predicted step time / no checkpointing (FLOPs, dry run)"
+        if dry
+        else "step time (s, one measured step each)"
+    )
     ax.set_ylabel(
         "gradients + activations at the peak (MB)" if y == "added_mb" else "tracked peak (MB)"
     )
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.grid(alpha=0.3)
-    fig.suptitle(f"{title}\n{subtitle or figure_subtitle()}", fontsize=11)
+    source = rows[0].get("source") if rows else None
+    where = subtitle or figure_subtitle()
+    fig.suptitle(f"{title}\n{source} · {where}" if source else f"{title}\n{where}", fontsize=11)
     fig.tight_layout()
     return fig
 
@@ -161,31 +182,74 @@ class BudgetExplorer:
 
 TABLE_COLUMNS = (
     ("checkpointing", "strategy", "{}"),
-    ("tracked_peak_mb", "tracked peak MB", "{:.1f}"),
-    ("added_mb", "grads+acts MB", "{:.1f}"),
-    ("predicted_added_mb", "predicted", "{:.1f}"),
+    ("tracked_peak_mb", "tracked peak MB", "{:,.1f}"),
+    ("added_mb", "grads+acts MB", "{:,.1f}"),
+    ("predicted_added_mb", "predicted", "{:,.1f}"),
     ("added_ratio", "vs none", "{:.2f}"),
     ("added_vs_best_uniform", "vs best uniform", "{:.2f}"),
+)
+MEASURED_TIME_COLUMNS = (
     ("step_seconds", "step s", "{:.2f}"),
     ("step_ratio", "vs none", "{:.2f}"),
+)
+DRY_RUN_TIME_COLUMNS = (
+    ("step_gflop", "GFLOP", "{:,.0f}"),
+    ("flops_ratio", "FLOPs vs none", "{:.2f}"),
 )
 
 
 def strategy_table(rows: Sequence[dict]) -> str:
-    """``measure_strategies`` rows as an aligned text table; n/a where there is no prediction."""
-    cells = [[title for _, title, _ in TABLE_COLUMNS]]
+    """``measure_strategies`` rows as an aligned text table, headed by how they were obtained;
+    measured seconds for real steps, FLOPs for dry runs; n/a where there is no prediction."""
+    dry = all(row["step_seconds"] is None for row in rows)
+    columns = TABLE_COLUMNS + (DRY_RUN_TIME_COLUMNS if dry else MEASURED_TIME_COLUMNS)
+    cells = [[title for _, title, _ in columns]]
     for row in rows:
         cells.append(
-            [
-                "n/a" if row.get(key) is None else fmt.format(row[key])
-                for key, _, fmt in TABLE_COLUMNS
-            ]
+            ["n/a" if row.get(key) is None else fmt.format(row[key]) for key, _, fmt in columns]
         )
-    widths = [max(len(line[i]) for line in cells) for i in range(len(TABLE_COLUMNS))]
-    return "\n".join(
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    table = "\n".join(
         "  ".join(
             cell.ljust(width) if i == 0 else cell.rjust(width)
             for i, (cell, width) in enumerate(zip(line, widths, strict=True))
         )
         for line in cells
     )
+    return f"{rows[0]['source']}\n{table}" if rows and rows[0].get("source") else table
+
+
+def key_rows(rows: Sequence[dict]) -> list[dict]:
+    """The rows the text discusses: none, the best uniform split measured, sqrt(n), the plans and
+    selective checkpointing (the full table is ``strategy_table(rows)``)."""
+    uniform = [row for row in rows if row["kind"] == "uniform"]
+    best = min(uniform, key=lambda row: row["tracked_peak_mb"], default=None)
+    return [
+        row
+        for row in rows
+        if row["kind"] in ("none", "sqrt(n)", "planned", "selective", "offload") or row is best
+    ]
+
+
+def floor_table(rows: Sequence[dict], floor: PeakFloor) -> str:
+    """None, the best uniform split, the planner and selective checkpointing against the floor."""
+    chosen = {"none": rows[0]}
+    uniform = [row for row in rows if row["kind"] in ("uniform", "sqrt(n)")]
+    if uniform:
+        best = min(uniform, key=lambda row: row["tracked_peak_mb"])
+        chosen[f"best uniform ({best['checkpointing']})"] = best
+    planned = [row for row in rows if row["kind"] == "planned"]
+    if planned:
+        chosen["planner, least peak"] = min(planned, key=lambda row: row["tracked_peak_mb"])
+    selective = [row for row in rows if row["kind"] == "selective"]
+    if selective:
+        best = min(selective, key=lambda row: row["tracked_peak_mb"])
+        chosen[f"best {best['checkpointing']}"] = best
+    floor_mb = floor.floor_bytes / MB
+    width = max(len(name) for name in chosen)
+    lines = [f"{'strategy':<{width}}  {'tracked peak MB':>15}  {'above the floor':>15}"]
+    for name, row in chosen.items():
+        above = row["tracked_peak_mb"] / floor_mb - 1
+        lines.append(f"{name:<{width}}  {row['tracked_peak_mb']:>15,.1f}  {above:>14.1%}")
+    lines.append(f"{'floor (no plan goes below)':<{width}}  {floor_mb:>15,.1f}")
+    return "\n".join(lines) + "\n" + floor.describe()

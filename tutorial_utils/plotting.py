@@ -57,6 +57,13 @@ def _finish(fig: Figure, title: str, subtitle: str | None, device: Any) -> Figur
     return fig
 
 
+def _source_subtitle(report: Any, subtitle: str | None) -> str:
+    """How a report's figures were obtained (dry run or measured), then profile and device."""
+    source = getattr(report, "source", None)
+    where = subtitle or figure_subtitle(getattr(report, "device", None))
+    return f"{source} · {where}" if source else where
+
+
 def _first_device(items: Iterable[Any]) -> Any:
     return next((getattr(item, "device", None) for item in items), None)
 
@@ -96,22 +103,29 @@ def plot_memory_over_time(
 def plot_breakdown(reports: Mapping[str, Any], *, subtitle: str | None = None) -> Figure:
     """Stacked bars of the tracked peak by category, one bar per ``StepReport``.
 
-    The CUDA peak allocated is marked beside a bar where it was measured.
+    The CUDA peak allocated is marked beside a bar where it was measured; the legend sits outside
+    the bars so it never covers one.
     """
     if not reports:
         raise ValueError("reports is empty: pass {'label': measure_step(...), ...}")
-    fig, (ax,) = _new_figure(width=max(5.0, 1.3 * len(reports) + 3))
+    fig, (ax,) = _new_figure(width=max(6.5, 1.3 * len(reports) + 4.5))
     labels = list(reports)
     bottoms = [0.0] * len(labels)
     for category in CATEGORIES:
         heights = [reports[label].breakdown.get(category, 0) / MB for label in labels]
-        ax.bar(labels, heights, bottom=bottoms, color=CATEGORY_COLORS[category], label=category)
+        ax.bar(
+            labels,
+            heights,
+            bottom=bottoms,
+            color=CATEGORY_COLORS[category],
+            label=CATEGORY_NAMES[category],
+        )
         bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
     cuda_marked = False
     for position, label in enumerate(labels):
         report = reports[label]
         ax.annotate(
-            f"{report.peak_bytes / MB:.1f}",
+            f"{report.peak_bytes / MB:,.1f}",
             (position, bottoms[position]),
             ha="center",
             va="bottom",
@@ -125,33 +139,31 @@ def plot_breakdown(reports: Mapping[str, Any], *, subtitle: str | None = None) -
                 label=None if cuda_marked else "CUDA peak allocated",
             )
             cuda_marked = True
-    ax.set_ylabel("tracked peak memory (MB)")
+    ax.set_ylim(0, 1.12 * max(bottoms))
+    ax.set_ylabel("peak memory (MB)")
     ax.set_xlabel("run")
-    ax.legend(fontsize=8)
-    return _finish(fig, "Peak memory by category", subtitle, _first_device(reports.values()))
+    handles, names = ax.get_legend_handles_labels()
+    ax.legend(handles[::-1], names[::-1], fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    first = next(iter(reports.values()))
+    return _finish(fig, "Peak memory by category", _source_subtitle(first, subtitle), None)
 
 
 def plot_segment_sweep(
     records: Sequence[Any], n_modules: int | None = None, *, subtitle: str | None = None
 ) -> Figure:
-    """Peak memory (left axis) and step time (right axis) against the checkpoint segment count.
+    """Peak memory and its activation part (left) and step time (right) against segment count.
 
-    ``records`` are ``SweepRecord``s; with ``n_modules`` the sqrt(n) rule of thumb is marked.
+    ``records`` are ``SweepRecord``s; with ``n_modules`` the sqrt(n) rule of thumb is marked. The
+    activation peak gets its own panel, scaled to itself, since beside the weights it can be a
+    flat line at the bottom. In a dry run (no time) the right axis is the predicted time ratio,
+    the step's FLOPs over the plain step's.
     """
     if not records:
         raise ValueError("records is empty: pass sweep_segments(...)")
     records = sorted(records, key=lambda r: r.segments)
     segments = [r.segments for r in records]
-    fig, (ax,) = _new_figure()
+    fig, (ax, act_ax) = _new_figure(ncols=2, width=11.5)
     ax.plot(segments, [r.peak_bytes / MB for r in records], "o-", color="C0", label="tracked peak")
-    ax.plot(
-        segments,
-        [r.activation_peak_bytes / MB for r in records],
-        "s--",
-        color="C0",
-        alpha=0.6,
-        label="activation peak",
-    )
     cuda = [
         (r.segments, r.cuda_peak_allocated / MB)
         for r in records
@@ -159,25 +171,54 @@ def plot_segment_sweep(
     ]
     if cuda:
         ax.plot(*zip(*cuda, strict=True), "^:", color="C2", label="CUDA peak allocated")
-    ax.set_xlabel("checkpoint segments (0/1 = none)")
     ax.set_ylabel("peak memory (MB)", color="C0")
-    ax.set_ylim(bottom=0)
+    ax.set_ylim(bottom=0, top=1.1 * max(r.peak_bytes / MB for r in records))
     time_ax = ax.twinx()
-    time_ax.plot(segments, [r.seconds for r in records], "D-", color="C3", label="step time")
-    time_ax.set_ylabel("step time (s)", color="C3")
-    time_ax.set_ylim(bottom=0)
-    if n_modules:
-        ax.axvline(
-            math.sqrt(n_modules),
-            color="gray",
-            linestyle=":",
-            label=f"sqrt(n) = {math.sqrt(n_modules):.1f}",
-        )
+    dry = all(r.seconds is None for r in records)
+    if dry:
+        plain = next((r for r in records if r.segments in (0, 1)), records[0])
+        ratios = [r.flops.overhead_vs(plain.flops) for r in records]
+        time_ax.plot(segments, ratios, "D-", color="C3", label="predicted time / plain (FLOPs)")
+        time_ax.set_ylabel("predicted step time / plain (FLOPs)", color="C3")
+        time_ax.set_ylim(0, 1.1 * max(ratios))
+    else:
+        time_ax.plot(segments, [r.seconds for r in records], "D-", color="C3", label="step time")
+        time_ax.set_ylabel("step time (s)", color="C3")
+        time_ax.set_ylim(bottom=0)
+    act_ax.plot(
+        segments,
+        [r.activation_peak_bytes / MB for r in records],
+        "s-",
+        color="C1",
+        label="activation peak",
+    )
+    act_ax.set_ylabel("activation peak (MB)")
+    act_ax.set_title("what checkpointing changes: activations alone", fontsize=10)
+    for axis in (ax, act_ax):
+        axis.set_xlabel("checkpoint segments (0/1 = none)")
+        axis.grid(alpha=0.3)
+        if n_modules:
+            axis.axvline(
+                math.sqrt(n_modules),
+                color="gray",
+                linestyle=":",
+                label=f"sqrt(n) = {math.sqrt(n_modules):.1f}",
+            )
+    ax.set_title("the whole step", fontsize=10)
     handles, names = ax.get_legend_handles_labels()
     time_handles, time_names = time_ax.get_legend_handles_labels()
-    ax.legend(handles + time_handles, names + time_names, fontsize=8, loc="upper center")
-    ax.grid(alpha=0.3)
-    return _finish(fig, "Memory and time against segment count", subtitle, _first_device(records))
+    ax.legend(
+        handles + time_handles,
+        names + time_names,
+        fontsize=8,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.2),
+        ncol=2,
+    )
+    act_ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
+    return _finish(
+        fig, "Memory and time against segment count", _source_subtitle(records[0], subtitle), None
+    )
 
 
 def plot_batch_search(
@@ -381,9 +422,6 @@ def plot_step_timelines(reports: Mapping[str, Any], *, subtitle: str | None = No
         frameon=False,
     )
     first = next(iter(reports.values()))
-    fig.suptitle(
-        f"One training step, op by op\n{subtitle or first.source}",
-        fontsize=11,
-    )
+    fig.suptitle(f"One training step, op by op\n{_source_subtitle(first, subtitle)}", fontsize=11)
     fig.tight_layout()
     return fig

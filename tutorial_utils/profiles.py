@@ -116,6 +116,8 @@ def describe_device(device: torch.device | str | None = None) -> str:
     device = torch.device(device) if device is not None else default_device()
     if device.type == "cuda":
         return f"cuda ({torch.cuda.get_device_name(device)})"
+    if device.type == "meta":
+        return f"meta device (dry run) on cpu ({os.cpu_count()} cores, torch {torch.__version__})"
     return f"cpu ({os.cpu_count()} cores, torch {torch.__version__})"
 
 

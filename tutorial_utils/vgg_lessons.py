@@ -8,7 +8,6 @@ reentrant checkpointing, in-place ReLUs, Dropout and the last segment.
 
 from __future__ import annotations
 
-import copy
 import math
 import warnings
 from collections.abc import Callable, Sequence
@@ -21,9 +20,9 @@ from matplotlib.figure import Figure
 from torch.utils.checkpoint import checkpoint_sequential
 
 from tutorial_utils.checkpointing import forward_segments, segment_boundaries, validate_segments
-from tutorial_utils.memory import MemorySample, SweepRecord, sweep_segments
+from tutorial_utils.dryrun import meta_copy
+from tutorial_utils.memory import StepReport, SweepRecord, measure_step, sweep_segments
 from tutorial_utils.plotting import figure_subtitle, plot_breakdown, plot_segment_sweep
-from tutorial_utils.tracker import TensorMemoryTracker
 from tutorial_utils.training import History
 
 MB = 2**20
@@ -347,59 +346,6 @@ def saved_activations(
     )
 
 
-def meta_copy(module: nn.Module) -> nn.Module:
-    """A copy of ``module`` with every parameter and buffer on the meta device (no data copied)."""
-    clone = copy.copy(module)
-    clone._parameters = {
-        name: None if p is None else nn.Parameter(torch.empty_like(p, device="meta"))
-        for name, p in module._parameters.items()
-    }
-    clone._buffers = {
-        name: None if b is None else torch.empty_like(b, device="meta")
-        for name, b in module._buffers.items()
-    }
-    clone._modules = {name: meta_copy(child) for name, child in module._modules.items()}
-    return clone
-
-
-def predicted_activation_peak(account: ActivationAccount, segments: int) -> int:
-    """Activation bytes alive at the backward peak of ``checkpoint_sequential(segments)``.
-
-    Notebook 01's chain model with real sizes: while segment j's backward runs, memory holds the
-    inputs kept for the checkpointed segments up to j and everything segment j saves (recomputed
-    if it is checkpointed; the last segment's saved tensors are kept from the forward pass). The
-    peak is the largest of these. Gradients with respect to activations (one or two layers' worth
-    at a time) and the loss's own tensors are left out: an estimate, not a measurement.
-    """
-    n_modules = len(account.layers)
-    if not 0 <= segments <= n_modules:
-        raise ValueError(f"segments must be in 0..{n_modules}, got {segments}")
-    bounds = segment_boundaries(n_modules, segments)
-    kept: set[int] = set()
-    peak = 0
-    for position, (start, end) in enumerate(bounds):
-        if position > 0:  # segment 0's input is the batch itself, present either way
-            kept.add(account.input_keys[start])
-        alive = set(kept).union(*account.saved_keys[start:end])
-        peak = max(peak, account.union_bytes(alive))
-    return peak
-
-
-def best_split(account: ActivationAccount) -> tuple[int, int]:
-    """``(segments, predicted activation peak)`` with the lowest prediction (fewest segments on ties)."""
-    candidates = [
-        (predicted_activation_peak(account, s), s) for s in range(len(account.layers) + 1)
-    ]
-    peak, segments = min(candidates)
-    return segments, peak
-
-
-def model_state_bytes(model: nn.Module, optimizer_copies: int = 1) -> int:
-    """Parameters + their gradients + ``optimizer_copies`` state tensors each (SGD momentum: 1)."""
-    parameter_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    return parameter_bytes * (2 + optimizer_copies)
-
-
 def plot_saved_activations(accounts: dict[str, ActivationAccount]) -> Figure:
     """Saved activation MB per top-level module, one panel per input size."""
     fig, axes = plt.subplots(1, len(accounts), figsize=(6.5 * len(accounts), 4.2), squeeze=False)
@@ -428,52 +374,85 @@ _KIND_COLORS = {
 }
 
 
-# -- one step, op by op ----------------------------------------------------------------------
+# -- one step, op by op, and sweeps, as dry runs at the article's size ------------------------
+
+ARTICLE_INPUT = (3, 224, 224)  # the first article's images
+ARTICLE_BATCH = 64
 
 
-@dataclass
-class StepTimeline:
-    """Tracked bytes above the step's baseline (parameters, batch), op by op, forward + backward."""
+def step_timelines(
+    model: nn.Sequential,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    segment_counts: Sequence[int] = (0, 2),
+) -> dict[str, StepReport]:
+    """One training step per segment count with its op-by-op timeline, keyed "segments=k".
 
-    segments: int
-    samples: list[MemorySample]  # tracked_bytes measured above the baseline
-    backward_starts_s: float
-    after_forward_bytes: int  # above baseline, when the loss is computed
-    peak_bytes: int  # above baseline
-    breakdown_at_peak: dict[str, int]
-
-
-def step_timeline(
-    model: nn.Sequential, inputs: torch.Tensor, targets: torch.Tensor, segments: int
-) -> StepTimeline:
-    """Forward, loss and backward (no optimizer step) under the tracker, every op recorded.
-
-    Gradients are set to None before and after, so each run starts from the same state.
+    ``inputs`` on the meta device make these dry runs (the model is copied there); elsewhere they
+    are real steps of ``model`` itself, on the inputs' device.
     """
-    validate_segments(model, segments)
-    model.train()
-    model.zero_grad(set_to_none=True)
-    tracker = TensorMemoryTracker(model, inputs=(inputs, targets), record_timeline=True)
-    with tracker:
-        loss = nn.functional.cross_entropy(forward_segments(model, inputs, segments), targets)
-        after_forward = tracker.current_bytes - tracker.baseline_bytes
-        backward_starts = tracker.timeline[-1].seconds if tracker.timeline else 0.0
-        loss.backward()
-    del loss
-    model.zero_grad(set_to_none=True)
-    baseline = tracker.baseline_bytes
-    samples = [MemorySample(0.0, 0, None, None)] + [
-        MemorySample(event.seconds, event.current_bytes - baseline, None, None)
-        for event in tracker.timeline
-    ]
-    return StepTimeline(
-        segments,
-        samples,
-        backward_starts,
-        after_forward,
-        tracker.peak_bytes - baseline,
-        dict(tracker.breakdown_at_peak),
+    run = meta_copy(model) if inputs.device.type == "meta" else model
+    return {
+        f"segments={segments}": measure_step(
+            run, inputs, targets, segments, time_step=False, record_timeline=True
+        )
+        for segments in segment_counts
+    }
+
+
+def after_forward_bytes(report: StepReport) -> int:
+    """Live tracked bytes when the forward pass (and the loss) is done, from a step's timeline."""
+    forward = [event.current_bytes for event in report.timeline or () if event.phase == "forward"]
+    if not forward:
+        raise ValueError("no forward ops in the timeline: measure with record_timeline=True")
+    return forward[-1]
+
+
+def article_batch(batch_size: int = ARTICLE_BATCH) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch of the article's shape on the meta device: shapes only, no memory."""
+    return (
+        torch.empty(batch_size, *ARTICLE_INPUT, device="meta"),
+        torch.empty(batch_size, dtype=torch.long, device="meta"),
     )
+
+
+def dry_run_sweep(
+    model: nn.Sequential, batch_size: int, segment_counts: Sequence[int]
+) -> list[SweepRecord]:
+    """``sweep_segments`` at the article's 224 px on a meta copy of ``model``: exact bytes, FLOPs."""
+    inputs, targets = article_batch(batch_size)
+    return sweep_segments(meta_copy(model), inputs, targets, segment_counts, device="meta")
+
+
+def best_uniform_split(records: Sequence[SweepRecord]) -> SweepRecord:
+    """The measured record with the lowest tracked peak (fewest segments on ties)."""
+    return min(records, key=lambda r: (r.peak_bytes, r.segments))
+
+
+def format_sweep(records: Sequence[SweepRecord], chosen: int | None = None) -> str:
+    """A sweep as a table, ratios to its plain record; time measured, or FLOPs in a dry run."""
+    plain = next(r for r in records if r.segments in (0, 1))
+    dry = plain.dry_run
+    time_title = "GFLOP" if dry else "step s"
+    ratio_title = "time/plain (FLOPs)" if dry else "time/plain"
+    lines = [
+        plain.source,
+        f"{'segments':>8} {'peak MB':>9} {'activations MB':>15} {time_title:>8}"
+        f" {'peak/plain':>11} {ratio_title:>19}",
+    ]
+    for record in sorted(records, key=lambda r: r.segments):
+        if dry:
+            work = f"{record.flops.total / 1e9:>8,.0f}"
+            ratio = record.flops.overhead_vs(plain.flops)
+        else:
+            work, ratio = f"{record.seconds:>8.2f}", record.seconds / plain.seconds
+        mark = "  <- chosen" if record.segments == chosen else ""
+        lines.append(
+            f"{record.segments:>8} {record.peak_bytes / MB:>9,.1f}"
+            f" {record.breakdown['activations'] / MB:>15,.1f} {work}"
+            f" {record.peak_bytes / plain.peak_bytes:>11.3f} {ratio:>19.2f}{mark}"
+        )
+    return "\n".join(lines)
 
 
 # -- pitfalls --------------------------------------------------------------------------------
@@ -640,56 +619,69 @@ class TorchCheckpointSequential:
 # -- the flat layout, explored ---------------------------------------------------------------
 
 
+ARTICLE_SCALE = "the article's size: 224 px (dry run)"
+MACHINE_SCALE = "this machine: the profile's size (real steps)"
+SCALES = (ARTICLE_SCALE, MACHINE_SCALE)
+
+
 @dataclass
 class SegmentExplorer:
-    """Measured training steps of one model at (segments, batch size), kept as they are measured.
+    """Training steps of one model at (scale, segments, batch size), kept as they are measured.
 
-    ``show(segments, batch_size)`` measures what is missing (the chosen count, the plain run and
-    ``initial_counts`` for that batch size) and returns a table, the sweep figure and the
+    Two scales: real steps on this machine at the profile's size (``make_batch``: memory and
+    time), or dry runs at the article's 224 px (exact memory and FLOPs, any batch, in a fraction
+    of a second). ``show(segments, batch_size, scale)`` measures what is missing (the chosen
+    count, the plain run and ``initial_counts``) and returns the table, the sweep figure and the
     breakdown of the chosen setting against the plain run: what the notebook's panel displays.
     """
 
     model: nn.Sequential
     make_batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]]
     initial_counts: Sequence[int] = (0, 2)
-    records: dict[tuple[int, int], SweepRecord] = field(default_factory=dict)
+    records: dict[tuple[str, int, int], SweepRecord] = field(default_factory=dict)
 
-    def measure(self, segment_counts: Sequence[int], batch_size: int) -> list[SweepRecord]:
-        missing = [s for s in segment_counts if (s, batch_size) not in self.records]
+    def measure(
+        self, segment_counts: Sequence[int], batch_size: int, scale: str = MACHINE_SCALE
+    ) -> list[SweepRecord]:
+        if scale not in SCALES:
+            raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
+        missing = [s for s in segment_counts if (scale, s, batch_size) not in self.records]
         if missing:
             for segments in missing:
                 validate_segments(self.model, segments)
-            inputs, targets = self.make_batch(batch_size)
-            for record in sweep_segments(self.model, inputs, targets, missing):
-                self.records[(record.segments, batch_size)] = record
-        return [self.records[(s, batch_size)] for s in segment_counts]
+            if scale == ARTICLE_SCALE:
+                measured = dry_run_sweep(self.model, batch_size, missing)
+            else:
+                inputs, targets = self.make_batch(batch_size)
+                measured = sweep_segments(self.model, inputs, targets, missing)
+            for record in measured:
+                self.records[(scale, record.segments, batch_size)] = record
+        return [self.records[(scale, s, batch_size)] for s in segment_counts]
 
-    def measured_at(self, batch_size: int) -> list[SweepRecord]:
+    def measured_at(self, batch_size: int, scale: str) -> list[SweepRecord]:
         return sorted(
-            (r for (s, b), r in self.records.items() if b == batch_size), key=lambda r: r.segments
+            (r for (c, _, b), r in self.records.items() if b == batch_size and c == scale),
+            key=lambda r: r.segments,
         )
 
-    def show(self, segments: int, batch_size: int) -> tuple[str, Figure, Figure]:
-        self.measure(sorted({0, segments, *self.initial_counts}), batch_size)
-        measured = self.measured_at(batch_size)
-        plain = self.records[(0, batch_size)]
-        lines = [
-            f"batch {batch_size}: {'segments':>8} {'peak MB':>9} {'activations MB':>15}"
-            f" {'step s':>7} {'peak/plain':>11} {'time/plain':>11}"
-        ]
-        for record in measured:
-            mark = "  <- chosen" if record.segments == segments else ""
-            lines.append(
-                f"{'':>{len(f'batch {batch_size}:')}} {record.segments:>8}"
-                f" {record.peak_bytes / MB:>9.1f} {record.breakdown['activations'] / MB:>15.1f}"
-                f" {record.seconds:>7.2f} {record.peak_bytes / plain.peak_bytes:>11.3f}"
-                f" {record.seconds / plain.seconds:>11.2f}{mark}"
-            )
-        sweep = plot_segment_sweep(measured, n_modules=len(self.model))
+    def show(
+        self, segments: int, batch_size: int, scale: str = MACHINE_SCALE
+    ) -> tuple[str, Figure, Figure]:
+        self.measure(sorted({0, segments, *self.initial_counts}), batch_size, scale)
+        measured = self.measured_at(batch_size, scale)
+        plain = self.records[(scale, 0, batch_size)]
+        size = "224 px" if scale == ARTICLE_SCALE else "the profile's size"
+        subtitle = f"flat VGG16, {size}, batch {batch_size} · {figure_subtitle(plain.device)}"
+        sweep = plot_segment_sweep(measured, n_modules=len(self.model), subtitle=subtitle)
         breakdown = plot_breakdown(
-            {"plain (0)": plain, f"segments={segments}": self.records[(segments, batch_size)]}
+            {
+                "no checkpointing": plain,
+                f"segments={segments}": self.records[(scale, segments, batch_size)],
+            },
+            subtitle=subtitle,
         )
-        return "\n".join(lines), sweep, breakdown
+        text = f"batch {batch_size}, {scale}\n" + format_sweep(measured, chosen=segments)
+        return text, sweep, breakdown
 
 
 def sqrt_rule(n_modules: int) -> int:
