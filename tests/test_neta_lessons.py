@@ -1,16 +1,20 @@
 """Notebook 03's experiments on tiny inputs: the requires-grad line, accumulation vs checkpointing,
-BatchNorm runs and the segment panel."""
+BatchNorm runs and the segment panel; the article's card by dry run, on a small card."""
 
 from __future__ import annotations
+
+from itertools import pairwise
 
 import pytest
 import torch
 
 from tutorial_utils import batchnorm_recompute as bn
 from tutorial_utils import neta_lessons as lessons
+from tutorial_utils.memory import DRY_RUN_LABEL, MB, find_max_batch_size
 from tutorial_utils.models import NetA
 
 SIZE = 16
+SMALL_CARD = 400 * MB  # at 224 px: 5 plain and 6 checkpointed samples, a table of 13 dry runs
 
 
 def batch(n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -133,3 +137,124 @@ def test_segment_panel_runs_from_its_controls() -> None:
     text = panel.run()
     assert text.startswith("checkpointed: seg0\n") and "largest batch within 100 MB" in text
     assert panel.output.outputs and panel.runs == 1
+
+
+# -- the article's card by dry run, on a small card at 224 px -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def small_card() -> dict[str, lessons.PeakTable]:
+    return lessons.article_card_tables(card_bytes=SMALL_CARD)
+
+
+def test_peak_table_lookup_is_bisection_over_peaks() -> None:
+    table = lessons.PeakTable("x", 224, 25, (10, 20, 30), 0.0)
+    lookups = [table.largest_batch(budget) for budget in (0, 9, 10, 19, 20, 25)]
+    assert lookups == [0, 0, 1, 1, 2, 2]
+    assert table.bytes_per_sample == 10
+    for budget in (-1, 26):
+        with pytest.raises(ValueError, match="budget_bytes must be in 0..25"):
+            table.largest_batch(budget)
+
+
+def test_peak_table_stops_at_the_first_batch_over_the_card(small_card) -> None:
+    for table in small_card.values():
+        assert all(a < b for a, b in pairwise(table.peaks))
+        assert table.peaks[-2] <= SMALL_CARD < table.peaks[-1]
+    with pytest.raises(ValueError, match="raise max_batch"):
+        lessons.dry_run_peak_table("plain", NetA, image_size=32, card_bytes=2**40, max_batch=1)
+    with pytest.raises(ValueError, match="positive"):
+        lessons.dry_run_peak_table("plain", NetA, image_size=0)
+
+
+def test_lookup_equals_a_direct_batch_search_at_the_boundaries(small_card) -> None:
+    plain, checkpointed = small_card["no checkpoint"], small_card["checkpoint"]
+    for label, budget, expected in (
+        ("no checkpoint", plain.peaks[2], 3),  # a peak exactly at the budget fits
+        ("checkpoint", checkpointed.peaks[3] - 1, 3),  # one byte less: it does not
+    ):
+        search = find_max_batch_size(
+            lessons.CARD_MODELS[label], (3, 224, 224), budget, device="meta", max_batch=8
+        )
+        assert small_card[label].largest_batch(budget) == search.batch_size == expected
+
+
+def test_checkpointing_fits_more_and_a_reserve_fits_less(small_card) -> None:
+    full = lessons.largest_batches(small_card, 0)
+    assert full["checkpoint"] > full["no checkpoint"] > 0
+    plain = small_card["no checkpoint"].describe()
+    assert plain.endswith(f"largest batch in the whole 400 MiB: {full['no checkpoint']}")
+    reserved = lessons.largest_batches(small_card, 200)
+    assert all(reserved[label] < full[label] for label in full)
+    with pytest.raises(ValueError, match="reserve_mib must be in 0..400"):
+        lessons.largest_batches(small_card, 401)
+
+
+def test_reserve_fit_intervals_agree_with_the_lookup(small_card) -> None:
+    fit = lessons.reserve_fit(small_card, {"no checkpoint": 4, "checkpoint": 5})
+    assert fit.runs[0].first_mib == 0 and fit.runs[-1].last_mib == SMALL_CARD // MB
+    assert all(a.last_mib + 1 == b.first_mib for a, b in pairwise(fit.runs))
+    assert len(fit.reproducing) == 1
+    both = fit.reproducing[0]
+    for reserve in (both.first_mib, both.last_mib):
+        assert lessons.largest_batches(small_card, reserve) == fit.quoted
+    for reserve in (both.first_mib - 1, both.last_mib + 1):
+        assert lessons.largest_batches(small_card, reserve) != fit.quoted
+    assert f"all at once: reserve {both.first_mib}..{both.last_mib} MiB" in fit.describe()
+
+
+def test_reserve_fit_reports_the_closest_miss_when_none_fits(small_card) -> None:
+    fit = lessons.reserve_fit(small_card, {"no checkpoint": 5, "checkpoint": 3})
+    assert fit.reproducing == [] and fit.matching("no checkpoint") and fit.matching("checkpoint")
+    least = fit.miss(fit.closest[0])
+    assert least > 0 and all(fit.miss(run) >= least for run in fit.runs)
+    assert f"no reserve. Closest, {least} batches off" in fit.describe()
+    with pytest.raises(ValueError, match="no table for"):
+        lessons.reserve_fit(small_card, {"selective": 3})
+
+
+def test_tables_for_different_cards_are_refused() -> None:
+    tables = {
+        "no checkpoint": lessons.PeakTable("no checkpoint", 224, 25, (10, 30), 0.0),
+        "checkpoint": lessons.PeakTable("checkpoint", 224, 26, (10, 30), 0.0),
+    }
+    with pytest.raises(ValueError, match="one card"):
+        lessons.largest_batches(tables, 0)
+
+
+def test_reserve_panel_redraws_from_the_slider(small_card) -> None:
+    text, figure = lessons.reserve_view(small_card, 0)
+    full = lessons.largest_batches(small_card, 0)
+    assert DRY_RUN_LABEL in text and DRY_RUN_LABEL in figure._suptitle.get_text()
+    assert f"  no checkpoint  {full['no checkpoint']:>5}   (the article: 23)\n" in text
+    panel = lessons.reserve_panel(small_card, max_reserve_mib=300)
+    slider, output = panel.children
+    assert (slider.min, slider.max, slider.value) == (0, 300, 0)
+    assert output.outputs[0]["text"].startswith("reserve 0 MiB: tensor budget 400 MiB")
+    slider.value = 200
+    assert output.outputs[0]["text"].startswith("reserve 200 MiB: tensor budget 200 MiB")
+    assert output.outputs[1]["output_type"] == "display_data"
+
+
+def test_reentrant_checkpoint_is_compared_with_the_tables(small_card) -> None:
+    text = lessons.checkpoint_modes(small_card, batch=4)
+    rows = {line[:38].strip(): line.split() for line in text.splitlines()[2:]}
+    assert list(rows) == [
+        "no checkpoint",
+        "checkpoint, non-reentrant",
+        "checkpoint, reentrant (the article's)",
+    ]
+    peak = {label: float(row[-3]) for label, row in rows.items()}
+    assert peak["checkpoint, reentrant (the article's)"] > peak["checkpoint, non-reentrant"]
+    with pytest.raises(ValueError, match="batch must be in 1..6"):
+        lessons.checkpoint_modes(small_card, batch=7)
+
+
+def test_step_timelines_plain_beside_checkpointed() -> None:
+    figure = lessons.article_step_timelines(batch=2, image_size=32)
+    panels = [axis for axis in figure.axes if axis.get_title()]
+    assert [axis.get_title() for axis in panels] == [
+        "no checkpoint, batch 2, 32 px",
+        "checkpoint, batch 2, 32 px",
+    ]
+    assert DRY_RUN_LABEL in figure._suptitle.get_text()
