@@ -85,15 +85,14 @@ def plot_pareto(
         ax.axhline(
             floor_mb, color="black", linestyle="--", linewidth=1, label="floor: no plan below"
         )
+    labels: dict[tuple[float, float], list[str]] = {}  # points drawn on top of each other share one
     for row in rows:
         if row["kind"] not in ("uniform", "planned") or row["checkpointing"].endswith("least peak"):
-            ax.annotate(
-                row["checkpointing"],
-                (row[x], row[y]),
-                textcoords="offset points",
-                xytext=(5, 4),
-                fontsize=7,
-            )
+            labels.setdefault((row[x], row[y]), []).append(row["checkpointing"])
+    for (px, py), names in labels.items():
+        ax.annotate(
+            " = ".join(names), (px, py), textcoords="offset points", xytext=(5, 4), fontsize=7
+        )
     ax.set_xlabel(
         "predicted step time / no checkpointing (FLOPs, dry run)"
         if dry
