@@ -272,6 +272,13 @@ def _memtracker_peak(model, inputs, targets, segments, optimizer):
         ("VGG16 article", lambda: vgg16_classifier(2), (64, 3, 224, 224), 2, default_optimizer),
         ("NetA", NetA, (23, 3, 224, 224), 0, adam_optimizer),
         (
+            "NetA checkpointed, reentrant",
+            lambda: NetA(use_checkpoint=True, use_reentrant=True),
+            (23, 3, 224, 224),
+            0,
+            adam_optimizer,
+        ),
+        (
             "NetA checkpointed",
             lambda: NetA(use_checkpoint=True),
             (31, 3, 224, 224),
