@@ -252,39 +252,3 @@ def test_timeline_samples_follow_the_tracker():
     tracker = _tracked_step(model, inputs, targets, lambda m, x: m(x))
     samples = timeline_samples(tracker)
     assert max(s.tracked_bytes for s in samples) == tracker.peak_bytes
-
-
-def test_bench_table_gives_ratios_and_says_n_a():
-    from tutorial_utils.bench import add_ratios, format_table
-
-    rows = add_ratios(
-        [
-            {
-                "model": "m",
-                "checkpointing": "none",
-                "batch": 4,
-                "tracked_peak_mb": 10.0,
-                "activation_peak_mb": 8.0,
-                "cuda_peak_allocated_mb": None,
-                "nvml_used_mb": None,
-                "step_seconds": 1.0,
-            },
-            {
-                "model": "m",
-                "checkpointing": "2 segments",
-                "batch": 4,
-                "tracked_peak_mb": 5.0,
-                "activation_peak_mb": 2.0,
-                "cuda_peak_allocated_mb": None,
-                "nvml_used_mb": None,
-                "step_seconds": 1.5,
-            },
-        ]
-    )
-    assert rows[1]["tracked_peak_ratio"] == 0.5 and rows[1]["activation_peak_ratio"] == 0.25
-    assert rows[1]["step_ratio"] == 1.5 and rows[1]["cuda_peak_allocated_ratio"] is None
-    header, rule, *lines = format_table(rows).splitlines()
-    assert header.count("|") == rule.count("|") == lines[0].count("|")
-    assert (
-        "| m | 2 segments | 4 | 5.0 | 0.50 | 2.0 | 0.25 | n/a | n/a | n/a | 1.500 | 1.50 |" in lines
-    )

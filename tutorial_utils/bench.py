@@ -1,9 +1,17 @@
 """``python -m tutorial_utils bench``: memory and time with and without checkpointing, side by side.
 
-For the article's VGG16 (10 top-level modules), the flat VGG16 (40 modules, so more segment
-counts mean something) and NetA, at the active profile's sizes, one training step per setting is
-measured with ``measure_step`` in one run, and every figure is also given as a ratio to the same
-model without checkpointing.
+Two tables, because no one machine shows both halves of the trade-off at the articles' sizes:
+
+* **Dry runs at the articles' sizes** (``DRY_RUN_LABEL``): the first article's VGG16 at 224 px,
+  batch 64, SGD momentum (article layout, flat layout's segment counts, the best uniform split,
+  the planner, selective checkpointing, and the floor no plan can beat) and the second article's
+  NetA at 224 px with Adam (batches 23 and 31, and its largest batch under the 2.5 GB card). The
+  meta device gives exact tensor bytes and FLOPs, no time, in seconds on any machine.
+* **Real steps at the active profile's sizes** on this machine: memory and measured step time,
+  each row with the time ratio its FLOPs predict (a dry run of the same step) beside the measured
+  one, so the reader sees how far FLOPs explain time.
+
+Every figure is also given as a ratio to the same model without checkpointing.
 """
 
 from __future__ import annotations
@@ -13,17 +21,48 @@ import math
 import os
 import platform
 import time
+from collections.abc import Callable, Sequence
 
 import torch
 
-from tutorial_utils.memory import MB, measure_step, sweep_segments
-from tutorial_utils.models import NetA, flatten_vgg16, vgg16_classifier
-from tutorial_utils.planner import planner_bench_rows
+from tutorial_utils.dryrun import build_on_meta, dry_run_step
+from tutorial_utils.limits import peak_floor
+from tutorial_utils.memory import (
+    DRY_RUN_LABEL,
+    MB,
+    StepReport,
+    adam_optimizer,
+    default_optimizer,
+    find_max_batch_size,
+    measure_step,
+    sweep_segments,
+)
+from tutorial_utils.models import NETA_SEGMENTS, NetA, flatten_vgg16, vgg16_classifier
+from tutorial_utils.planner import plan_checkpoints, planner_bench_rows
 from tutorial_utils.profiles import Profile, describe_device, get_profile
+from tutorial_utils.selective import SelectiveCheckpoint
 
 DOGCAT_CLASSES, CIFAR_CLASSES = 2, 10
 ARTICLE_SEGMENTS = (0, 2)
-FLAT_SEGMENTS = (0, 2, 4, round(math.sqrt(40)), 10)  # sqrt(40 modules) ~ 6
+FLAT_MODULES = 40
+FLAT_SEGMENTS = (0, 2, 4, round(math.sqrt(FLAT_MODULES)), 10)  # sqrt(40 modules) ~ 6
+
+ARTICLE_SIDE, ARTICLE_BATCH = 224, 64  # the first article's VGG16 step
+SELECTIVE_REGIONS = (4, 6, 10)
+NETA_ARTICLE_BATCHES = (23, 31)  # the second article's largest batches, plain and checkpointed
+ARTICLE_CARD_BYTES = 2560 * MB  # the second article's "only 2.5G usable"
+
+VGG16_ARTICLE, VGG16_FLAT = "VGG16 (article, 10 modules)", "VGG16 (flat, 40 modules)"
+NETA_CHECKPOINTED = f"{NETA_SEGMENTS} checkpointed segments"
+
+# Each figure and the key of its ratio to the step without checkpointing.
+RATIO_OF = {
+    "tracked_peak_mb": "tracked_peak_ratio",
+    "activation_peak_mb": "activation_peak_ratio",
+    "cuda_peak_allocated_mb": "cuda_peak_allocated_ratio",
+    "step_seconds": "step_ratio",
+    "step_gflop": "flops_ratio",
+}
 
 
 def _inputs(batch: int, side: int, classes: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -34,36 +73,48 @@ def _inputs(batch: int, side: int, classes: int) -> tuple[torch.Tensor, torch.Te
     )
 
 
-def _row(model: str, setting: str, record) -> dict:
+def _row(model: str, setting: str, record: StepReport) -> dict:
     return {
         "model": model,
         "checkpointing": setting,
         "batch": record.batch_size,
         "tracked_peak_mb": record.peak_bytes / MB,
         "activation_peak_mb": record.activation_peak_bytes / MB,
-        "cuda_peak_allocated_mb": None
-        if record.cuda_peak_allocated is None
-        else record.cuda_peak_allocated / MB,
+        "cuda_peak_allocated_mb": record.cuda_peak_allocated_mb,
         "nvml_used_mb": record.nvml_used_mb,
         "step_seconds": record.seconds,
+        "step_gflop": None if record.flops is None else record.flops.total / 1e9,
+        "source": record.source,
     }
 
 
-def add_ratios(rows: list[dict]) -> list[dict]:
-    """Each figure divided by the same model's figure without checkpointing (the first row)."""
-    for name in ("tracked_peak_mb", "activation_peak_mb", "cuda_peak_allocated_mb", "step_seconds"):
-        base = rows[0][name]
-        for row in rows:
-            row[name.rsplit("_", 1)[0] + "_ratio"] = (
-                None if base in (None, 0) or row[name] is None else row[name] / base
-            )
+def _ratio(value: float | None, base: float | None) -> float | None:
+    return None if value is None or not base else value / base
+
+
+def add_ratios(rows: list[dict], base: dict | None = None) -> list[dict]:
+    """Each figure divided by the same figure of ``base`` (default: the first row, which should be
+    the model without checkpointing); None where either is absent."""
+    base = rows[0] if base is None else base
+    for row in rows:
+        for name, ratio in RATIO_OF.items():
+            row[ratio] = _ratio(row.get(name), base.get(name))
     return rows
+
+
+# -- real steps at the profile's sizes ------------------------------------------------------------
+
+
+def _dry_run_gflop(model: torch.nn.Module, shape: Sequence[int], segments: object = 0) -> float:
+    """GFLOP of the same step as a dry run (a meta copy: the model is left alone)."""
+    return dry_run_step(model, shape, segments).flops.total / 1e9
 
 
 def run_bench(
     profile: Profile | str | None = None, device: torch.device | str | None = None
 ) -> list[dict]:
-    """One row per model and checkpoint setting, measured now at the profile's sizes."""
+    """One row per model and checkpoint setting, measured now at the profile's sizes, each with
+    its step's GFLOP from a dry run at the same shape (``step_gflop``, ratio ``flops_ratio``)."""
     profile = profile if isinstance(profile, Profile) else get_profile(profile)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     repeats = 1 if profile.name == "ci" else 3  # ci: keep the whole run near a minute
@@ -74,11 +125,14 @@ def run_bench(
     article = vgg16_classifier(DOGCAT_CLASSES, layout="article")
     inputs, targets = _inputs(batch, profile.image_size, DOGCAT_CLASSES)
     for name, model, counts in (
-        ("VGG16 (article, 10 modules)", article, ARTICLE_SEGMENTS),
-        ("VGG16 (flat, 40 modules)", flatten_vgg16(article), FLAT_SEGMENTS),
+        (VGG16_ARTICLE, article, ARTICLE_SEGMENTS),
+        (VGG16_FLAT, flatten_vgg16(article), FLAT_SEGMENTS),
     ):
         records = sweep_segments(model, inputs, targets, counts, device=device, repeats=repeats)
-        rows += add_ratios([_row(name, f"{r.segments} segments", r) for r in records])
+        group = [_row(name, f"{r.segments} segments", r) for r in records]
+        for row, count in zip(group, counts, strict=True):
+            row["step_gflop"] = _dry_run_gflop(model, inputs.shape, count)
+        rows += add_ratios(group)
     del article, model, records
 
     inputs, targets = _inputs(batch, profile.cifar_image_size, CIFAR_CLASSES)
@@ -87,12 +141,134 @@ def run_bench(
         torch.manual_seed(0)
         model = NetA(use_checkpoint=use_checkpoint, use_reentrant=False)
         report = measure_step(model, inputs, targets, device=device, repeats=repeats)
-        setting = "5 checkpointed segments" if use_checkpoint else "none"
-        neta_rows.append(_row("NetA", setting, report))
+        row = _row("NetA", NETA_CHECKPOINTED if use_checkpoint else "none", report)
+        row["step_gflop"] = _dry_run_gflop(model, inputs.shape)
+        neta_rows.append(row)
     return rows + add_ratios(neta_rows)
 
 
-COLUMNS = (
+# -- dry runs at the articles' sizes --------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class DryRunBench:
+    """The dry-run table and what is printed around it."""
+
+    rows: list[dict]
+    vgg16_step_seconds: float  # wall time of one dry-run step, article VGG16, 224 px, batch 64
+    floor: str  # limits.PeakFloor.describe() for the flat VGG16
+    neta_max_batch: dict[str, int]  # "none" / NETA_CHECKPOINTED -> largest batch under the card
+    seconds: float  # wall time of the whole dry-run part
+    cpu_seconds: float  # its CPU time: the cost without other work on a shared machine
+
+
+def vgg16_dry_run_rows() -> tuple[list[dict], float, str]:
+    """The first article's step at its size: rows, one step's wall time, the floor's description.
+
+    Article layout at 0 and 2 segments; flat layout at ``FLAT_SEGMENTS``, the best of every
+    uniform split 2..40 (least peak, then fewest FLOPs), the planner's least-peak plan,
+    ``SELECTIVE_REGIONS`` and the floor (``limits.peak_floor``). SGD momentum, as the article.
+    """
+    shape = (ARTICLE_BATCH, 3, ARTICLE_SIDE, ARTICLE_SIDE)
+    article = build_on_meta(lambda: vgg16_classifier(DOGCAT_CLASSES, layout="article"))
+    started = time.perf_counter()
+    reports = [dry_run_step(article, shape, 0)]
+    step_seconds = time.perf_counter() - started
+    reports.append(dry_run_step(article, shape, ARTICLE_SEGMENTS[1]))
+    rows = add_ratios([_row(VGG16_ARTICLE, f"{r.segments} segments", r) for r in reports])
+
+    flat = build_on_meta(lambda: vgg16_classifier(DOGCAT_CLASSES, layout="flat"))
+    inputs = torch.empty(shape, device="meta")
+    targets = torch.empty(ARTICLE_BATCH, dtype=torch.long, device="meta")
+    sweep = sweep_segments(flat, inputs, targets, [0, *range(2, FLAT_MODULES + 1)])
+    by_count = {record.segments: record for record in sweep}
+    best = min(sweep[1:], key=lambda r: (r.peak_bytes, r.flops.total, r.segments))
+    sqrt_n = FLAT_SEGMENTS[3]
+    group = [
+        _row(VGG16_FLAT, f"{k} segments (sqrt n)" if k == sqrt_n else f"{k} segments", by_count[k])
+        for k in FLAT_SEGMENTS
+    ]
+    group.append(_row(VGG16_FLAT, f"best uniform: {best.segments} segments (of 2..40)", best))
+    plan = plan_checkpoints(flat, inputs)
+    group.append(
+        _row(
+            VGG16_FLAT,
+            f"planner, least peak ({len(plan.boundaries)} segments, "
+            f"{plan.checkpointed_segments} checkpointed)",
+            dry_run_step(flat, shape, plan),
+        )
+    )
+    for regions in SELECTIVE_REGIONS:
+        report = dry_run_step(flat, shape, SelectiveCheckpoint(regions))
+        group.append(_row(VGG16_FLAT, f"selective, {regions} regions", report))
+    floor = peak_floor(flat, inputs, targets, optimizer_factory=default_optimizer)
+    group.append(
+        {
+            "model": VGG16_FLAT,
+            "checkpointing": "floor: no plan goes below",
+            "batch": ARTICLE_BATCH,
+            "tracked_peak_mb": floor.floor_mb,
+            "activation_peak_mb": None,  # a bound on the total, not a step: nothing else
+            "step_gflop": None,
+            "source": "lower bound from a dry run (limits.peak_floor)",
+        }
+    )
+    return rows + add_ratios(group), step_seconds, floor.describe()
+
+
+def _neta_report(use_checkpoint: bool, batch: int) -> StepReport:
+    model = build_on_meta(lambda: NetA(use_checkpoint=use_checkpoint, use_reentrant=False))
+    shape = (batch, 3, ARTICLE_SIDE, ARTICLE_SIDE)
+    return dry_run_step(model, shape, optimizer_factory=adam_optimizer)
+
+
+def neta_dry_run_rows() -> tuple[list[dict], dict[str, int]]:
+    """The second article's NetA at 224 px with Adam: rows and the largest batch per setting.
+
+    Batches 23 and 31 plain and with the five checkpointed segments (ratios at the same batch),
+    then each setting's largest batch under ``ARTICLE_CARD_BYTES`` by dry-run batch search
+    (no plain step at that batch to compare with: ratios n/a).
+    """
+    settings = {"none": False, NETA_CHECKPOINTED: True}
+    rows = []
+    for batch in NETA_ARTICLE_BATCHES:
+        group = [_row("NetA", name, _neta_report(on, batch)) for name, on in settings.items()]
+        rows += add_ratios(group)
+    largest = {}
+    for name, on in settings.items():
+        result = find_max_batch_size(
+            lambda on=on: NetA(use_checkpoint=on, use_reentrant=False),
+            (3, ARTICLE_SIDE, ARTICLE_SIDE),
+            ARTICLE_CARD_BYTES,
+            device="meta",
+            optimizer_factory=adam_optimizer,
+        )
+        largest[name] = result.batch_size
+        label = f"{name}, largest batch under {ARTICLE_CARD_BYTES // MB} MiB"
+        rows.append(_row("NetA", label, _neta_report(on, result.batch_size)))
+    return rows, largest
+
+
+def dry_run_bench() -> DryRunBench:
+    """Every dry-run row at the articles' sizes, timed (wall and CPU)."""
+    started, cpu_started = time.perf_counter(), time.process_time()
+    vgg_rows, step_seconds, floor = vgg16_dry_run_rows()
+    neta_rows, largest = neta_dry_run_rows()
+    return DryRunBench(
+        vgg_rows + neta_rows,
+        step_seconds,
+        floor,
+        largest,
+        time.perf_counter() - started,
+        time.process_time() - cpu_started,
+    )
+
+
+# -- printing -------------------------------------------------------------------------------------
+
+Columns = Sequence[tuple[str, str, str]]
+
+COLUMNS: Columns = (
     ("model", "model", "{}"),
     ("checkpointing", "checkpointing", "{}"),
     ("batch", "batch", "{}"),
@@ -103,12 +279,24 @@ COLUMNS = (
     ("cuda_peak_allocated_mb", "CUDA peak allocated MB", "{:.1f}"),
     ("cuda_peak_allocated_ratio", "ratio", "{:.2f}"),
     ("nvml_used_mb", "NVML used MB", "{:.0f}"),
-    ("step_seconds", "step s", "{:.3f}"),
-    ("step_ratio", "ratio", "{:.2f}"),
+    ("step_seconds", "step s (measured)", "{:.3f}"),
+    ("step_ratio", "time ratio (measured)", "{:.2f}"),
+    ("step_gflop", "GFLOP (dry run)", "{:.1f}"),
+    ("flops_ratio", "time ratio (predicted from FLOPs)", "{:.2f}"),
 )
 
+DRY_RUN_COLUMNS: Columns = (
+    ("model", "model", "{}"),
+    ("checkpointing", "checkpointing", "{}"),
+    ("batch", "batch", "{}"),
+    ("tracked_peak_mb", "tracked peak MB", "{:.1f}"),
+    ("tracked_peak_ratio", "ratio to none", "{:.2f}"),
+    ("activation_peak_mb", "activation peak MB", "{:.1f}"),
+    ("step_gflop", "GFLOP per step", "{:.0f}"),
+    ("flops_ratio", "time ratio (predicted from FLOPs)", "{:.2f}"),
+)
 
-PLANNER_COLUMNS = (
+PLANNER_COLUMNS: Columns = (
     ("checkpointing", "strategy", "{}"),
     ("batch", "batch", "{}"),
     ("tracked_peak_mb", "tracked peak MB", "{:.1f}"),
@@ -122,7 +310,7 @@ PLANNER_COLUMNS = (
 )
 
 
-def format_table(rows: list[dict], columns=COLUMNS) -> str:
+def format_table(rows: list[dict], columns: Columns = COLUMNS) -> str:
     """A markdown table of bench rows; n/a where a figure is absent on this machine."""
     header = "| " + " | ".join(title for _, title, _ in columns) + " |"
     rule = "|" + "|".join(" --- " if fmt == "{}" else " ---: " for _, _, fmt in columns) + "|"
@@ -142,13 +330,50 @@ def hardware_line(device: torch.device | str | None = None) -> str:
     )
 
 
+def print_dry_run_bench(bench: DryRunBench) -> None:
+    """The dry-run table with what each figure is and how long it took."""
+    plain, checkpointed = (bench.neta_max_batch[k] for k in ("none", NETA_CHECKPOINTED))
+    print(
+        f"Dry runs at the articles' sizes, {DRY_RUN_LABEL}. VGG16: {ARTICLE_SIDE} px, batch "
+        f"{ARTICLE_BATCH}, SGD momentum 0.9 (the first article); NetA: {ARTICLE_SIDE} px, Adam "
+        "(the second article); cross-entropy."
+    )
+    print()
+    print(format_table(bench.rows, DRY_RUN_COLUMNS))
+    print()
+    print(
+        "ratio to none: to the same model without checkpointing at the same batch (n/a for the "
+        "largest-batch rows, which have no plain twin). Predicted time ratio: the step's FLOPs "
+        "over the plain step's (torch.utils.flop_counter formulas, counted in the dry run); ops "
+        "without a formula count 0 (ReLU, pooling, BatchNorm, the optimizer), so selective "
+        "checkpointing, which recomputes only those, is predicted at no extra time."
+    )
+    print(
+        "Floor (flat VGG16; limits.peak_floor, a lower bound from the same dry run's profile "
+        f"of each module): {bench.floor}."
+    )
+    print(
+        f"NetA's largest batch under {ARTICLE_CARD_BYTES // MB} MiB (dry-run batch search, tracked "
+        f"tensor bytes): {plain} plain, {checkpointed} checkpointed (x{checkpointed / plain:.2f}); "
+        f"the article's card gave {NETA_ARTICLE_BATCHES[0]} and {NETA_ARTICLE_BATCHES[1]} "
+        "(a real card also keeps memory no tensor owns: notebook 03)."
+    )
+    print(
+        f"A dry run of VGG16 (article layout) at {ARTICLE_SIDE} px, batch {ARTICLE_BATCH} took "
+        f"{bench.vgg16_step_seconds:.2f} s; the dry-run part took {bench.seconds:.1f} s "
+        f"({bench.cpu_seconds:.1f} s of CPU time)."
+    )
+
+
 def bench_main(
     profile_name: str | None = None, image_size: int | None = None, batch_size: int | None = None
 ) -> int:
-    """Print the profile, the hardware and the table; the exit status.
+    """Print the hardware, the dry-run table, the real table and the planner's; the exit status.
 
-    ``image_size``/``batch_size`` override the profile's sizes, e.g. 224 px on a CPU to see
-    the regime where activations, not parameters, set the peak."""
+    ``image_size``/``batch_size`` override the profile's sizes of the real steps (the dry runs
+    are at the articles' sizes always), e.g. 224 px on a CPU to time the regime where
+    activations, not parameters, set the peak."""
+    started = time.perf_counter()
     profile = get_profile(profile_name)
     overrides = {}
     if image_size:
@@ -158,34 +383,54 @@ def bench_main(
     profile = dataclasses.replace(profile, **overrides)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     print(f"profile: {profile.name} ({profile.description})")
-    print(
-        f"sizes: VGG16 {profile.image_size} px, NetA {profile.cifar_image_size} px, "
-        f"batch {profile.sweep_batch_size}; SGD momentum 0.9, cross-entropy"
-    )
-    print(f"hardware: {hardware_line(device)}")
-    started = time.perf_counter()
-    rows = run_bench(profile, device)
+    print(f"hardware: {hardware_line(device)}; {_load_average()}")
     print()
-    print(format_table(rows))
-    print()
-    print(
+    print_dry_run_bench(dry_run_bench())
+
+    _print_timed(
+        f"Real steps on {device}, measured: VGG16 {profile.image_size} px, NetA "
+        f"{profile.cifar_image_size} px, batch {profile.sweep_batch_size}; SGD momentum 0.9, "
+        "cross-entropy:",
+        lambda: run_bench(profile, device),
+        COLUMNS,
         "tracked peak: live tensor bytes followed op by op (parameters, gradients, optimizer "
         "state, activations); activation peak: the most activations/other bytes alive at once; "
         "CUDA peak allocated: torch.cuda.max_memory_allocated; NVML used: "
         "whole-device memory after the step, as nvidia-smi shows it. Ratios are to the same "
-        f"model without checkpointing. Measured in {time.perf_counter() - started:.0f} s."
+        "model without checkpointing. Step time measured (fastest of the timed steps); its "
+        "ratio predicted from FLOPs is the same step's FLOPs over the plain step's, counted by "
+        "a dry run at the same shape.",
     )
-    started = time.perf_counter()
-    planner_rows = planner_bench_rows(profile)
-    print()
-    print(f"Planner on VGG16 (flat, 40 modules), {profile.image_size} px:")
-    print()
-    print(format_table(planner_rows, PLANNER_COLUMNS))
-    print()
-    print(
+    _print_timed(
+        f"Planner on VGG16 (flat, 40 modules), {profile.image_size} px, measured:",
+        lambda: planner_bench_rows(profile),
+        PLANNER_COLUMNS,
         "grads + activations: the part of the tracked peak a checkpoint plan can change; "
         "predicted: the planner's cost model for it; best uniform: the checkpoint_sequential "
-        f"split with the lowest tracked peak measured. Measured in "
-        f"{time.perf_counter() - started:.0f} s."
+        "split with the lowest tracked peak measured.",
+    )
+    print()
+    print(
+        f"Whole bench: {time.perf_counter() - started:.0f} s on {hardware_line(device)}; "
+        f"{_load_average()}."
     )
     return 0
+
+
+def _load_average() -> str:
+    """Other work on the machine, which measured times include (dry runs have none)."""
+    return f"load average {os.getloadavg()[0]:.1f} (1 min)"
+
+
+def _print_timed(
+    title: str, make_rows: Callable[[], list[dict]], columns: Columns, note: str
+) -> None:
+    """A titled table with its note and the seconds it took to measure."""
+    started = time.perf_counter()
+    rows = make_rows()
+    print()
+    print(title)
+    print()
+    print(format_table(rows, columns))
+    print()
+    print(f"{note} Measured in {time.perf_counter() - started:.0f} s.")

@@ -1,0 +1,231 @@
+"""The bench's tables and the GPU cross-check's CPU side: rows, ratios, labels, n/a.
+
+The dry-run table at the articles' sizes is computed once (a few seconds on 2 cores, every step
+on the meta device) and checked for what a wrong figure would break: each setting present,
+peaks in the order the physics demands, ratios to the right base, every row labelled.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+
+from tutorial_utils import bench
+from tutorial_utils.bench import (
+    ARTICLE_CARD_BYTES,
+    DRY_RUN_COLUMNS,
+    NETA_CHECKPOINTED,
+    VGG16_ARTICLE,
+    VGG16_FLAT,
+    add_ratios,
+    format_table,
+)
+from tutorial_utils.memory import DRY_RUN_LABEL, MB, default_optimizer, measure_step
+from tutorial_utils.models import NetA
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_crosscheck():
+    spec = importlib.util.spec_from_file_location(
+        "gpu_crosscheck", ROOT / "scripts" / "gpu_crosscheck.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+crosscheck = _load_crosscheck()
+
+
+@pytest.fixture(scope="module")
+def dry():
+    return bench.dry_run_bench()
+
+
+def _rows(dry, model: str) -> dict[str, dict]:
+    return {row["checkpointing"]: row for row in dry.rows if row["model"] == model}
+
+
+def test_bench_table_gives_ratios_and_says_n_a():
+    rows = add_ratios(
+        [
+            {
+                "model": "m",
+                "checkpointing": "none",
+                "batch": 4,
+                "tracked_peak_mb": 10.0,
+                "activation_peak_mb": 8.0,
+                "cuda_peak_allocated_mb": None,
+                "nvml_used_mb": None,
+                "step_seconds": 1.0,
+                "step_gflop": 2.0,
+            },
+            {
+                "model": "m",
+                "checkpointing": "2 segments",
+                "batch": 4,
+                "tracked_peak_mb": 5.0,
+                "activation_peak_mb": 2.0,
+                "cuda_peak_allocated_mb": None,
+                "nvml_used_mb": None,
+                "step_seconds": 1.5,
+                "step_gflop": 2.6,
+            },
+        ]
+    )
+    assert rows[1]["tracked_peak_ratio"] == 0.5 and rows[1]["activation_peak_ratio"] == 0.25
+    assert rows[1]["step_ratio"] == 1.5 and rows[1]["cuda_peak_allocated_ratio"] is None
+    assert rows[1]["flops_ratio"] == pytest.approx(1.3)
+    header, rule, *lines = format_table(rows).splitlines()
+    assert header.count("|") == rule.count("|") == lines[0].count("|")
+    assert "step s (measured)" in header and "time ratio (predicted from FLOPs)" in header
+    assert (
+        "| m | 2 segments | 4 | 5.0 | 0.50 | 2.0 | 0.25 | n/a | n/a | n/a | 1.500 | 1.50 | 2.6 "
+        "| 1.30 |" in lines
+    )
+
+
+def test_dry_run_rows_cover_every_setting_and_are_labelled(dry):
+    article, flat = _rows(dry, VGG16_ARTICLE), _rows(dry, VGG16_FLAT)
+    neta = [(row["batch"], row["checkpointing"]) for row in dry.rows if row["model"] == "NetA"]
+    assert set(article) == {"0 segments", "2 segments"}
+    for label in ("0 segments", "2 segments", "4 segments", "6 segments (sqrt n)", "10 segments"):
+        assert label in flat
+    kinds = ("best uniform", "planner, least peak", "selective, 4", "selective, 6", "floor")
+    assert all(any(label.startswith(kind) for label in flat) for kind in kinds)
+    assert neta[:4] == [(b, s) for b in (23, 31) for s in ("none", NETA_CHECKPOINTED)]
+    assert [s.split(",")[0] for _, s in neta[4:]] == ["none", NETA_CHECKPOINTED]
+    assert len(dry.rows) == len(article) + len(flat) + len(neta)
+    assert all(row["batch"] == 64 for row in [*article.values(), *flat.values()])
+    for row in dry.rows:
+        is_floor = row["checkpointing"].startswith("floor")
+        assert row["source"] == DRY_RUN_LABEL or is_floor
+        assert (row["step_gflop"] is None) == is_floor
+
+
+def test_dry_run_peaks_are_ordered_as_checkpointing_allows(dry):
+    flat = _rows(dry, VGG16_FLAT)
+
+    def peak(prefix: str) -> float:
+        (row,) = [row for label, row in flat.items() if label.startswith(prefix)]
+        return row["tracked_peak_mb"]
+
+    assert peak("floor") <= peak("planner") <= peak("best uniform") < peak("0 segments")
+    uniform = [row for label, row in flat.items() if label.split(" ")[0].isdigit()]
+    assert all(peak("best uniform") <= row["tracked_peak_mb"] for row in uniform)
+    article = _rows(dry, VGG16_ARTICLE)  # one segment holds every convolution: nothing saved
+    assert article["2 segments"]["tracked_peak_mb"] == article["0 segments"]["tracked_peak_mb"]
+    assert article["2 segments"]["step_gflop"] > article["0 segments"]["step_gflop"]
+    neta = [row for row in dry.rows if row["model"] == "NetA"]
+    for plain, checkpointed in (neta[0:2], neta[2:4]):
+        assert checkpointed["tracked_peak_mb"] < plain["tracked_peak_mb"]
+        assert checkpointed["flops_ratio"] > 1 == plain["flops_ratio"]
+    plain_max, checkpointed_max = neta[4:6]
+    assert checkpointed_max["batch"] > plain_max["batch"] > 23
+    assert dry.neta_max_batch == {
+        "none": plain_max["batch"],
+        NETA_CHECKPOINTED: checkpointed_max["batch"],
+    }
+    assert all(row["tracked_peak_mb"] <= ARTICLE_CARD_BYTES / MB for row in neta[4:6])
+
+
+def test_dry_run_ratios_are_to_the_plain_step_at_the_same_batch(dry):
+    flat = _rows(dry, VGG16_FLAT)
+    plain = flat["0 segments"]
+    for row in flat.values():
+        assert row["tracked_peak_ratio"] == pytest.approx(
+            row["tracked_peak_mb"] / plain["tracked_peak_mb"]
+        )
+        if row["step_gflop"] is not None:
+            assert row["flops_ratio"] == pytest.approx(row["step_gflop"] / plain["step_gflop"])
+    neta = [row for row in dry.rows if row["model"] == "NetA"]
+    assert neta[3]["tracked_peak_ratio"] == pytest.approx(
+        neta[3]["tracked_peak_mb"] / neta[2]["tracked_peak_mb"]
+    )
+    assert all(row.get("tracked_peak_ratio") is None for row in neta[4:6])  # no plain twin
+
+
+def test_dry_run_table_prints_the_label_n_a_and_the_timings(dry, capsys):
+    assert dry.vgg16_step_seconds < 5  # the issue's bound; about 0.05 s on 2 cores
+    bench.print_dry_run_bench(dry)
+    out = capsys.readouterr().out
+    assert DRY_RUN_LABEL in out
+    table = [line for line in out.splitlines() if line.startswith("| ")]
+    assert len(table) == 2 + len(dry.rows)  # header and rule
+    assert all(line.count("|") == len(DRY_RUN_COLUMNS) + 1 for line in table)
+    floor_line = next(line for line in table if "floor" in line)
+    assert floor_line.endswith("| n/a | n/a | n/a |")
+    assert "A dry run of VGG16 (article layout) at 224 px, batch 64 took" in out
+    assert "the dry-run part took" in out
+
+
+def test_flops_from_a_dry_run_equal_the_real_steps():
+    """The bench's predicted time ratio for a real row comes from a dry run at the same shape."""
+    torch.manual_seed(0)
+    model = NetA(use_checkpoint=True)
+    inputs, targets = torch.randn(2, 3, 32, 32), torch.randint(0, 10, (2,))
+    optimizer = default_optimizer(model.parameters())
+    real = measure_step(model, inputs, targets, 0, optimizer, time_step=False, count_flops=True)
+    assert real.flops.recompute > 0
+    assert bench._dry_run_gflop(model, inputs.shape) == real.flops.total / 1e9
+
+
+def test_crosscheck_dry_run_rows_are_in_cuda_blocks_and_ordered():
+    rows = [crosscheck.dry_run_row(step) for step in crosscheck.STEPS]
+    assert all(round(row["dry_run_peak_mb"] * MB) % 512 == 0 for row in rows)
+    article_plain, article_two, flat_six, neta_plain, neta_checkpointed = rows
+    assert article_two["dry_run_peak_mb"] == article_plain["dry_run_peak_mb"]
+    assert flat_six["dry_run_peak_mb"] < article_plain["dry_run_peak_mb"]
+    assert neta_checkpointed["dry_run_peak_mb"] < neta_plain["dry_run_peak_mb"]
+    assert {row["optimizer"] for row in rows} == {"SGD momentum", "Adam"}
+
+
+def test_crosscheck_claims_no_error_without_a_gpu():
+    step = crosscheck.CrossCheckStep(
+        "chain", lambda: nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 3)),
+        (5, 8), 3, 2, "SGD momentum", default_optimizer,
+    )  # fmt: skip
+    (row,) = crosscheck.crosscheck(torch.device("cpu"), (step,))
+    assert row["dry_run_peak_mb"] >= row["tracked_peak_mb"]  # rounding up never lowers
+    assert row["dry_run_error"] is None and row["tracker_error"] is None
+    text = crosscheck.markdown([row], "cpu")
+    (line,) = [line for line in text.splitlines() if line.startswith("| chain")]
+    assert "%" not in line and line.count("n/a") == 5  # CUDA allocated/reserved, 2 errors, NVML
+
+
+def test_crosscheck_markdown_gives_both_errors_against_cuda():
+    row = {
+        "step": "VGG16 (article)",
+        "segments": 2,
+        "batch": 32,
+        "optimizer": "SGD momentum",
+        "tracked_peak_mb": 99.0,
+        "dry_run_peak_mb": 101.0,
+        "cuda_peak_allocated_mb": 100.0,
+        "tracker_error": crosscheck.relative_error(99.0, 100.0),
+        "dry_run_error": crosscheck.relative_error(101.0, 100.0),
+        "cuda_peak_reserved_mb": 120.0,
+        "nvml_used_mb": None,
+        "step_seconds": 0.25,
+        "tracked_baseline_mb": 10.0,
+        "cuda_allocated_before_mb": 10.5,
+    }
+    text = crosscheck.markdown([row], "cuda (test)")
+    assert (
+        "| VGG16 (article) | 2 | 32 | SGD momentum | 99.0 | 101.0 | 100.0 | -1.00% | +1.00% "
+        "| 120.0 | n/a | 0.250 |" in text.splitlines()
+    )
+    assert "10.0 MB while CUDA had 10.5 MB" in text
+
+
+def test_crosscheck_exits_2_without_cuda(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert crosscheck.main([]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
