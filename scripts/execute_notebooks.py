@@ -23,7 +23,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 from stamp_colab import notebook_paths, repository_url, stamp_notebook
 
-from tutorial_utils.profiles import PROFILE_ENV, PROFILES, default_profile_name
+from tutorial_utils.articles.profiles import PROFILE_ENV, PROFILES, default_profile_name
 
 
 class CurrentEnvKernelSpecs(KernelSpecManager):

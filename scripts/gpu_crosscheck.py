@@ -24,17 +24,17 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
+from tutorial_utils.articles.models import NetA, vgg16_classifier
 from tutorial_utils.bench import hardware_line
-from tutorial_utils.dryrun import build_on_meta, dry_run_step
-from tutorial_utils.memory import (
-    MB,
+from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step
+from tutorial_utils.measurement.step import (
     OptimizerFactory,
     StepReport,
     adam_optimizer,
     default_optimizer,
     measure_step,
 )
-from tutorial_utils.models import NetA, vgg16_classifier
+from tutorial_utils.units import MB
 
 
 @dataclass(frozen=True)

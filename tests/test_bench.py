@@ -16,6 +16,7 @@ import torch
 import torch.nn as nn
 
 from tutorial_utils import bench
+from tutorial_utils.articles.models import NetA
 from tutorial_utils.bench import (
     ARTICLE_CARD_BYTES,
     DRY_RUN_COLUMNS,
@@ -25,8 +26,8 @@ from tutorial_utils.bench import (
     add_ratios,
     format_table,
 )
-from tutorial_utils.memory import DRY_RUN_LABEL, MB, default_optimizer, measure_step
-from tutorial_utils.models import NetA
+from tutorial_utils.measurement.step import DRY_RUN_LABEL, default_optimizer, measure_step
+from tutorial_utils.units import MB
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -3,8 +3,8 @@ import torch
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint_sequential
 
-from tutorial_utils.checkpointing import forward_segments, segment_boundaries
-from tutorial_utils.models import NetA, vgg16_classifier
+from tutorial_utils.articles.models import NetA, vgg16_classifier
+from tutorial_utils.checkpointing.segments import forward_segments, segment_boundaries
 
 
 def gradients_of(model: nn.Module, run) -> dict[str, torch.Tensor]:

@@ -1,4 +1,4 @@
-"""tutorial_utils.data: real file formats from the generators, the articles' loading, fast failures."""
+"""tutorial_utils.articles.data: real file formats from the generators, the articles' loading, fast failures."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from PIL import Image
 from torch import nn
 from torchvision import transforms
 
-from tutorial_utils import data
-from tutorial_utils.profiles import get_profile
+from tutorial_utils.articles import data
+from tutorial_utils.articles.profiles import get_profile
 
 
 @pytest.fixture
@@ -37,7 +37,7 @@ def jpeg_bytes(root: Path) -> dict[str, bytes]:
 
 def test_data_root_is_project_data_folder_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(data.DATA_DIR_ENV, raising=False)
-    project = Path(data.__file__).resolve().parents[1]
+    project = Path(data.__file__).resolve().parents[2]
     assert data.data_root() == project / "data"
 
 

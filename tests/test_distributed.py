@@ -4,8 +4,8 @@ import multiprocessing
 
 import pytest
 
-from tutorial_utils.distributed import DistributedRunError, check_spawnable, launch
-from tutorial_utils.distributed_experiments import (
+from tutorial_utils.articles.models import count_parameters
+from tutorial_utils.lessons.checkpointing_at_scale import (
     DISTRIBUTED_SETUPS,
     REENTRANT_DDP_ERROR,
     SINGLE_PROCESS,
@@ -22,7 +22,7 @@ from tutorial_utils.distributed_experiments import (
     single_process_gradients,
     stall_on_rank,
 )
-from tutorial_utils.models import count_parameters
+from tutorial_utils.training.distributed import DistributedRunError, check_spawnable, launch
 
 WORLD_SIZE = 2
 CONFIG = config_for_profile("ci", width=32, depth=4, global_batch=16)

@@ -18,25 +18,25 @@ import pytest
 import torch
 import torch.nn as nn
 
-from tutorial_utils import neta_lessons
-from tutorial_utils.batchnorm_recompute import freeze_stats_during_recompute
-from tutorial_utils.checkpointing import forward_segments
-from tutorial_utils.dryrun import build_on_meta, dry_run_step, meta_copy
-from tutorial_utils.flops import StepFlopCounter
-from tutorial_utils.memory import (
+from tutorial_utils.articles.models import NetA, vgg16_classifier
+from tutorial_utils.checkpointing.batchnorm import freeze_stats_during_recompute
+from tutorial_utils.checkpointing.segments import forward_segments
+from tutorial_utils.checkpointing.selective import SelectiveCheckpoint
+from tutorial_utils.lessons import cifar10_neta
+from tutorial_utils.lessons.toy_summation_graph import equal_blocks_chain
+from tutorial_utils.measurement.batch_search import find_max_batch_size
+from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step, meta_copy
+from tutorial_utils.measurement.flops import StepFlopCounter
+from tutorial_utils.measurement.step import (
     DRY_RUN_LABEL,
-    TensorMemoryTracker,
     adam_optimizer,
     default_optimizer,
-    find_max_batch_size,
     measure_step,
     prime_optimizer_state,
     sweep_segments,
 )
-from tutorial_utils.models import NetA, vgg16_classifier
-from tutorial_utils.planner import plan_checkpoints
-from tutorial_utils.selective import SelectiveCheckpoint
-from tutorial_utils.toy_graph import equal_blocks_chain
+from tutorial_utils.measurement.tracker import TensorMemoryTracker
+from tutorial_utils.planning.planner import plan_checkpoints
 
 ADAM_STEP_COUNTER_BYTES = 4  # torch.tensor(0.0) per parameter tensor, always on the CPU
 
@@ -83,7 +83,7 @@ def vgg_article():
 
 @pytest.fixture(scope="module")
 def vgg_flat(vgg_article):
-    from tutorial_utils.models import flatten_vgg16
+    from tutorial_utils.articles.models import flatten_vgg16
 
     return flatten_vgg16(vgg_article)
 
@@ -129,13 +129,13 @@ def test_neta_dry_run_equals_the_real_step(checkpoint, reentrant, bn_fix):
 def test_gradient_accumulation_dry_run_equals_the_real_step():
     peaks = {}
     for device in ("cpu", "meta"):
-        model = neta_lessons.ACCUMULATION.build(device=device)
+        model = cifar10_neta.ACCUMULATION.build(device=device)
         optimizer = adam_optimizer(model.parameters())
         prime_optimizer_state(optimizer)
         inputs, targets = _batch((8, 3, 32, 32), 10, device)
         tracker = TensorMemoryTracker(model, optimizer, inputs=(inputs, targets), device=device)
         with tracker:
-            loss = neta_lessons.train_step(model, optimizer, inputs, targets, micro_batches=2)
+            loss = cifar10_neta.train_step(model, optimizer, inputs, targets, micro_batches=2)
         peaks[device] = (tracker.peak_bytes, tracker.activation_peak_bytes, loss)
     counters = len(list(model.parameters())) * ADAM_STEP_COUNTER_BYTES
     assert peaks["cpu"][0] - peaks["meta"][0] == counters

@@ -10,19 +10,12 @@ import torch
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint_sequential
 
-from tutorial_utils.memory import (
-    CATEGORIES,
-    MemoryLimitExceeded,
-    MemoryMonitor,
-    TensorMemoryTracker,
-    cuda_memory_figures,
-    find_max_batch_size,
-    measure_step,
-    nvml_used_mb,
-    sweep_segments,
-    timeline_samples,
-)
-from tutorial_utils.models import NetA
+from tutorial_utils.articles.models import NetA
+from tutorial_utils.measurement.batch_search import find_max_batch_size
+from tutorial_utils.measurement.monitor import MemoryMonitor, timeline_samples
+from tutorial_utils.measurement.nvml import cuda_memory_figures, nvml_used_mb
+from tutorial_utils.measurement.step import measure_step, sweep_segments
+from tutorial_utils.measurement.tracker import CATEGORIES, MemoryLimitExceeded, TensorMemoryTracker
 
 N_BLOCKS, BATCH, WIDTH = 64, 1024, 32  # activations dominate: BATCH >> WIDTH
 FLOAT = 4

@@ -3,7 +3,7 @@ import torch
 import torch.nn as nn
 
 from tests.article_code import ArticleNetA, article_vgg16
-from tutorial_utils.models import NetA, count_parameters, vgg16_classifier
+from tutorial_utils.articles.models import NetA, count_parameters, vgg16_classifier
 
 
 def test_article_vgg16_matches_the_article_code_key_for_key_and_seed_for_seed():

@@ -7,6 +7,7 @@ nor whether an error was committed.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -108,3 +109,17 @@ def test_first_code_cell_prints_profile_and_device(notebook_path: Path) -> None:
     assert "profile:" in printed and "device:" in printed, (
         f"the setup cell's stored output should name the profile and device, got {printed!r}"
     )
+
+
+@by_name
+def test_nbval_markers_are_cell_tags_not_comment_lines(notebook_path: Path) -> None:
+    notebook = json.loads(notebook_path.read_text())
+    code = [cell for cell in notebook["cells"] if cell["cell_type"] == "code"]
+    commented = [
+        index
+        for index, cell in enumerate(code)
+        if "".join(cell["source"]).lstrip().startswith("# NBVAL_")
+    ]
+    assert not commented, f"code cells {commented} open with an nbval comment: use a cell tag"
+    tags = {tag for cell in code for tag in cell.get("metadata", {}).get("tags", [])}
+    assert "nbval-check-output" in tags, "no cell's output is checked by nbval"

@@ -8,24 +8,19 @@ import torch
 import torch.nn as nn
 from matplotlib.figure import Figure
 
-from tutorial_utils.checkpointing import forward_segments
-from tutorial_utils.memory import (
-    BatchTrial,
-    MaxBatchResult,
-    MemoryMonitor,
-    TensorMemoryTracker,
-    measure_step,
-    sweep_segments,
-    timeline_samples,
-)
-from tutorial_utils.plotting import (
+from tutorial_utils.checkpointing.segments import forward_segments
+from tutorial_utils.display.plotting import (
     plot_batch_search,
     plot_breakdown,
     plot_histories,
     plot_memory_over_time,
     plot_segment_sweep,
 )
-from tutorial_utils.training import EpochRecord, History
+from tutorial_utils.measurement.batch_search import BatchTrial, MaxBatchResult
+from tutorial_utils.measurement.monitor import MemoryMonitor, timeline_samples
+from tutorial_utils.measurement.step import measure_step, sweep_segments
+from tutorial_utils.measurement.tracker import TensorMemoryTracker
+from tutorial_utils.training.loop import EpochRecord, History
 
 matplotlib.use("Agg")
 
@@ -135,7 +130,7 @@ def test_empty_input_is_a_clear_error(plot):
 
 
 def test_step_timelines_stack_categories_and_mark_phases():
-    from tutorial_utils.plotting import plot_step_timelines
+    from tutorial_utils.display.plotting import plot_step_timelines
 
     model = chain()
     inputs, targets = batch()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tutorial_utils.profiles import PROFILES, get_profile
+from tutorial_utils.articles.profiles import PROFILES, get_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 CONDA_TO_PIP = {"pytorch": "torch"}

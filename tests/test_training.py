@@ -9,8 +9,8 @@ import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from tutorial_utils.models import NetA
-from tutorial_utils.training import atomic_save, test_model, train_model
+from tutorial_utils.articles.models import NetA
+from tutorial_utils.training.loop import atomic_save, test_model, train_model
 
 ARTICLE_LINE = re.compile(
     r"^Epoch=(\d+) Train Accuracy=\S+ Train loss=\S+ Validation accuracy=\S+ "

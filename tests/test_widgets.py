@@ -8,7 +8,7 @@ import matplotlib
 import matplotlib.pyplot as plt
 import pytest
 
-from tutorial_utils.widgets import (
+from tutorial_utils.display.widgets import (
     RunPanel,
     batch_size_slider,
     budget_slider,

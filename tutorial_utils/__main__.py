@@ -6,7 +6,8 @@ import argparse
 import json
 import sys
 
-from tutorial_utils.profiles import PROFILES, describe_device, get_profile
+from tutorial_utils.articles.profiles import PROFILES, get_profile
+from tutorial_utils.measurement.devices import describe_device
 
 
 class CleanArgumentParser(argparse.ArgumentParser):
@@ -76,8 +77,8 @@ def positive_int(text: str) -> int:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from tutorial_utils.experiments import BUILDERS
-    from tutorial_utils.training import train_model
+    from tutorial_utils.articles.experiments import BUILDERS
+    from tutorial_utils.training.loop import train_model
 
     profile = get_profile()
     experiment = BUILDERS[args.experiment](

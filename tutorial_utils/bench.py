@@ -25,22 +25,24 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from tutorial_utils.dryrun import build_on_meta, dry_run_step
-from tutorial_utils.limits import peak_floor
-from tutorial_utils.memory import (
+from tutorial_utils.articles.models import NETA_SEGMENTS, NetA, flatten_vgg16, vgg16_classifier
+from tutorial_utils.articles.profiles import Profile, get_profile
+from tutorial_utils.checkpointing.selective import SelectiveCheckpoint
+from tutorial_utils.measurement.batch_search import find_max_batch_size
+from tutorial_utils.measurement.devices import default_device, describe_device
+from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step
+from tutorial_utils.measurement.step import (
     DRY_RUN_LABEL,
-    MB,
     StepReport,
     adam_optimizer,
     default_optimizer,
-    find_max_batch_size,
     measure_step,
     sweep_segments,
 )
-from tutorial_utils.models import NETA_SEGMENTS, NetA, flatten_vgg16, vgg16_classifier
-from tutorial_utils.planner import plan_checkpoints, planner_bench_rows
-from tutorial_utils.profiles import Profile, describe_device, get_profile
-from tutorial_utils.selective import SelectiveCheckpoint
+from tutorial_utils.planning.limits import peak_floor
+from tutorial_utils.planning.planner import plan_checkpoints
+from tutorial_utils.planning.strategies import measure_strategies, strategy_menu
+from tutorial_utils.units import MB
 
 DOGCAT_CLASSES, CIFAR_CLASSES = 2, 10
 ARTICLE_SEGMENTS = (0, 2)
@@ -434,3 +436,35 @@ def _print_timed(
     print(format_table(rows, columns))
     print()
     print(f"{note} Measured in {time.perf_counter() - started:.0f} s.")
+
+
+def planner_bench_rows(profile: Profile | str | None = None) -> list[dict]:
+    """Bench rows for flat VGG16 at the profile's size: none, the best uniform splits, sqrt(n),
+    the planner at its least peak and at two budgets, measured in one run.
+
+    The uniform splits measured are those the cost model ranks best (one in the ci profile,
+    three elsewhere: all 39 would take minutes); ratios are to no checkpointing and to the best
+    uniform split tracked (sqrt(n) included).
+    """
+    profile = profile if isinstance(profile, Profile) else get_profile(profile)
+    device = default_device()
+    torch.manual_seed(0)
+    model = vgg16_classifier(2, layout="flat").to(device)
+    generator = torch.Generator().manual_seed(0)
+    batch, side = profile.sweep_batch_size, profile.image_size
+    inputs = torch.randn(batch, 3, side, side, generator=generator).to(device)
+    targets = torch.randint(0, 2, (batch,), generator=generator).to(device)
+    quick = profile.name == "ci"
+    menu = strategy_menu(model, inputs, budget_fractions=(0.5,) if quick else (1 / 3, 2 / 3))
+    uniform = sorted(
+        (s for s in menu if s.kind == "uniform"), key=lambda s: s.predicted.predicted_peak_bytes
+    )[: 1 if quick else 3]
+    chosen = [menu[0], *uniform, *(s for s in menu if s.kind in ("sqrt(n)", "planned"))]
+    return measure_strategies(
+        model,
+        inputs,
+        targets,
+        chosen,
+        model_name="VGG16 (flat, 40 modules)",
+        repeats=1 if quick else 3,
+    )

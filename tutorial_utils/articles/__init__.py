@@ -1,0 +1,1 @@
+"""The articles' world: their profiles (sizes), data sets, models and experiment builders."""

@@ -1,0 +1,128 @@
+"""The two articles' experiments, set up from a profile: shared by the CLI and the notebooks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from tutorial_utils.articles import data
+from tutorial_utils.articles.models import NETA_SEGMENTS, NetA, vgg16_classifier
+from tutorial_utils.articles.profiles import Profile
+from tutorial_utils.checkpointing.segments import validate_segments
+
+EXPERIMENTS = ("vgg16-dogcat", "neta-cifar10")
+
+
+@dataclass
+class Experiment:
+    """Everything ``train_model`` needs, built the way the article builds it."""
+
+    name: str
+    model: nn.Module
+    loss_fn: nn.Module
+    optimizer: torch.optim.Optimizer
+    train_loader: object
+    val_loader: object
+    segments: int
+    synthetic_data: bool
+    data_root: Path
+
+
+def build_vgg16_dogcat(
+    profile: Profile,
+    segments: int,
+    batch_size: int | None = None,
+    image_size: int | None = None,
+    data_path: str | None = None,
+    seed: int = 0,
+) -> Experiment:
+    """First article: VGG16 Sequential, SGD lr 0.001 momentum 0.9, seed 0, ImageFolder loaders."""
+    image_size = image_size or profile.image_size
+    if data_path == "synthetic":
+        root, synthetic = data.synthetic_dogcat(profile, image_size), True
+    elif data_path:
+        root, synthetic = Path(data_path), False
+    else:
+        root, synthetic = data.ensure_dogcat(profile)
+    train_loader, val_loader = data.dogcat_loaders(
+        root,
+        image_size=image_size,
+        batch_size=batch_size or profile.batch_size,
+        num_workers=profile.num_workers,
+    )
+    torch.manual_seed(seed)
+    model = vgg16_classifier(num_classes=2, layout="article")
+    validate_segments(model, segments)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9)
+    return Experiment(
+        "vgg16-dogcat",
+        model,
+        nn.CrossEntropyLoss(),
+        optimizer,
+        train_loader,
+        val_loader,
+        segments,
+        synthetic,
+        root,
+    )
+
+
+def build_neta_cifar10(
+    profile: Profile,
+    segments: int,
+    batch_size: int | None = None,
+    image_size: int | None = None,
+    data_path: str | None = None,
+    seed: int = 0,
+) -> Experiment:
+    """Second article: NetA (checkpointing inside its forward), Adam lr 1e-3, upsampled CIFAR."""
+    if segments not in (0, NETA_SEGMENTS):
+        raise ValueError(
+            f"NetA has {NETA_SEGMENTS} checkpoint segments: use --segments 0 (off) "
+            f"or {NETA_SEGMENTS} (the article's setting), got {segments}"
+        )
+    if data_path == "synthetic":
+        root, synthetic = data.synthetic_cifar10(profile), True
+    elif data_path:
+        root, synthetic = Path(data_path), False
+    else:
+        root, synthetic = data.ensure_cifar10(profile)
+    train_x, train_y = data.load_cifar10(root, train=True)
+    test_x, test_y = data.load_cifar10(root, train=False)
+    train_x, train_y = (
+        train_x[: profile.cifar_train_samples],
+        train_y[: profile.cifar_train_samples],
+    )
+    test_x, test_y = test_x[: profile.cifar_test_samples], test_y[: profile.cifar_test_samples]
+    batch_size = batch_size or profile.cifar_batch_size
+    image_size = image_size or profile.cifar_image_size
+    train_loader = data.cifar_batches(
+        train_x,
+        train_y,
+        batch_size,
+        image_size,
+        shuffle=True,
+        generator=np.random.default_rng(seed),
+    )
+    val_loader = data.cifar_batches(test_x, test_y, batch_size, image_size)
+    torch.manual_seed(seed)
+    model = NetA(use_checkpoint=segments == NETA_SEGMENTS)
+    optimizer = torch.optim.Adam(model.parameters(), 1e-3)
+    return Experiment(
+        "neta-cifar10",
+        model,
+        nn.CrossEntropyLoss(),
+        optimizer,
+        train_loader,
+        val_loader,
+        0,
+        synthetic,
+        root,
+    )
+
+
+BUILDERS = {"vgg16-dogcat": build_vgg16_dogcat, "neta-cifar10": build_neta_cifar10}

@@ -1,0 +1,1 @@
+"""Figures and widget panels, shared by the notebooks."""

@@ -1,0 +1,1 @@
+"""One module per notebook: the mechanics each notebook's cells call, tested in tests/."""

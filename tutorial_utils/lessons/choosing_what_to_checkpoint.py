@@ -1,0 +1,255 @@
+"""Notebook 04's figures and its budget slider: strategies on a Pareto plot, a plan on its layers.
+
+Figures follow ``plotting``'s conventions (returned detached, titled with profile and device).
+The budget explorer re-plans on every slider change (planning a profiled model takes well under
+a second) and writes its figure and text straight into an Output widget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import ipywidgets as widgets
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from tutorial_utils.display.plotting import figure_subtitle
+from tutorial_utils.display.widgets import budget_slider, result_outputs
+from tutorial_utils.planning.limits import PeakFloor
+from tutorial_utils.planning.planner import ModelProfile, Plan, evaluate_plan, plan_from_profile
+from tutorial_utils.units import MB
+
+KIND_STYLES = {
+    "none": ("black", "s"),
+    "uniform": ("#8c8c8c", "o"),
+    "sqrt(n)": ("#4c72b0", "D"),
+    "planned": ("#c44e52", "*"),
+    "selective": ("#55a868", "^"),
+    "offload": ("#8172b3", "v"),
+}
+CHECKPOINTED_COLOR, KEPT_COLOR = "#c6d4e8", "#dd8452"
+
+
+def pareto_front(rows: Sequence[dict], x: str, y: str) -> list[dict]:
+    """The rows no other row beats on both ``x`` and ``y`` (lower is better), by ``x``."""
+    front, best_y = [], float("inf")
+    for row in sorted(rows, key=lambda r: (r[x], r[y])):
+        if row[y] < best_y:
+            front.append(row)
+            best_y = row[y]
+    return front
+
+
+def plot_pareto(
+    rows: Sequence[dict],
+    title: str,
+    *,
+    y: str = "added_mb",
+    subtitle: str | None = None,
+    floor_mb: float | None = None,
+) -> Figure:
+    """Memory against time for every strategy, the Pareto front joined by a line.
+
+    ``y="added_mb"`` plots what the step adds on top of parameters, batch and optimizer state
+    (gradients + activations at the tracked peak); ``"tracked_peak_mb"`` the whole peak. Rows of
+    real steps are placed by measured step time; rows of dry runs (no time) by their FLOPs over
+    the first row's, the predicted time ratio. ``floor_mb`` draws the peak no plan can beat
+    (``limits.peak_floor``), in the units of ``y``.
+    """
+    dry = all(row["step_seconds"] is None for row in rows)
+    x = "flops_ratio" if dry else "step_seconds"
+    fig, ax = plt.subplots(figsize=(9.5, 4.8))
+    plt.close(fig)
+    for kind, (color, marker) in KIND_STYLES.items():
+        points = [row for row in rows if row["kind"] == kind]
+        if points:
+            ax.scatter(
+                [row[x] for row in points],
+                [row[y] for row in points],
+                c=color,
+                marker=marker,
+                s=120 if kind == "planned" else 45,
+                label=kind,
+                zorder=3,
+            )
+    front = pareto_front(rows, x, y)
+    ax.step(
+        [row[x] for row in front],
+        [row[y] for row in front],
+        where="post",
+        color="#c44e52",
+        alpha=0.4,
+        label="Pareto front",
+    )
+    if floor_mb is not None:
+        ax.axhline(
+            floor_mb, color="black", linestyle="--", linewidth=1, label="floor: no plan below"
+        )
+    labels: dict[tuple[float, float], list[str]] = {}  # points drawn on top of each other share one
+    for row in rows:
+        if row["kind"] not in ("uniform", "planned") or row["checkpointing"].endswith("least peak"):
+            labels.setdefault((row[x], row[y]), []).append(row["checkpointing"])
+    for (px, py), names in labels.items():
+        ax.annotate(
+            " = ".join(names), (px, py), textcoords="offset points", xytext=(5, 4), fontsize=7
+        )
+    ax.set_xlabel(
+        "predicted step time / no checkpointing (FLOPs, dry run)"
+        if dry
+        else "step time (s, one measured step each)"
+    )
+    ax.set_ylabel(
+        "gradients + activations at the peak (MB)" if y == "added_mb" else "tracked peak (MB)"
+    )
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    ax.grid(alpha=0.3)
+    source = rows[0].get("source") if rows else None
+    where = subtitle or figure_subtitle()
+    fig.suptitle(f"{title}\n{source} · {where}" if source else f"{title}\n{where}", fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def plot_plan(profile: ModelProfile, plan: Plan, title: str, subtitle: str | None = None) -> Figure:
+    """Per-layer activation bytes as bars, coloured by whether their segment is checkpointed."""
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    plt.close(fig)
+    colors = [None] * len(profile)
+    for start, end, checkpointed in plan.boundaries:
+        for m in range(start, end):
+            colors[m] = CHECKPOINTED_COLOR if checkpointed else KEPT_COLOR
+        if start:
+            ax.axvline(start - 0.5, color="black", linewidth=0.8, linestyle="--")
+    ax.bar(range(len(profile)), [b / MB for b in profile.kept_bytes_per_layer()], color=colors)
+    ax.set_xticks(range(len(profile)))
+    ax.set_xticklabels([layer.name for layer in profile.layers], rotation=90, fontsize=6)
+    ax.set_ylabel("kept for backward\nwithout checkpointing (MB)")
+    ax.legend(
+        handles=[
+            Patch(color=CHECKPOINTED_COLOR, label="checkpointed: recomputed in backward"),
+            Patch(color=KEPT_COLOR, label="kept: saved in forward"),
+        ],
+        fontsize=8,
+    )
+    added = (plan.predicted_peak_bytes - plan.baseline_bytes) / MB
+    fig.suptitle(
+        f"{title}: predicted {added:.1f} MB above parameters and batch, "
+        f"{plan.recompute_label()}\n{subtitle or figure_subtitle()}",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    return fig
+
+
+class BudgetExplorer:
+    """A budget slider (MB of gradients + activations) that re-plans and redraws on every change.
+
+    ``explore(budget_mb)`` is the callback as a plain function: it returns the figure and the
+    plan's table, or the planner's error message when the budget cannot be met.
+    """
+
+    def __init__(self, profile: ModelProfile, title: str):
+        self.profile = profile
+        self.title = title
+        least = plan_from_profile(profile)
+        plain = evaluate_plan(profile, [(0, len(profile), False)])
+        low = (least.predicted_peak_bytes - profile.baseline_bytes) / MB
+        high = (plain.predicted_peak_bytes - profile.baseline_bytes) / MB
+        self.slider = budget_slider(
+            max_mb=float(int(high) + 1),
+            value=float(round((low + high) / 2)),
+            min_mb=max(1.0, float(int(low) - 1)),
+            description="budget: gradients + activations (MB)",
+        )
+        self.output = widgets.Output()
+        self.widget = widgets.VBox([self.slider, self.output])
+        self.slider.observe(lambda change: self.show(change["new"]), names="value")
+        self.show(self.slider.value)
+
+    def explore(self, budget_mb: float) -> tuple[Figure, str] | str:
+        budget = self.profile.baseline_bytes + int(budget_mb * MB)
+        try:
+            plan = plan_from_profile(self.profile, budget)
+        except ValueError as error:
+            return f"budget {budget_mb:.0f} MB: {error}"
+        figure = plot_plan(self.profile, plan, f"{self.title}, budget {budget_mb:.0f} MB")
+        return figure, f"budget {budget_mb:.0f} MB added -> {plan}\n{plan.describe()}"
+
+    def show(self, budget_mb: float) -> None:
+        self.output.outputs = result_outputs(self.explore(budget_mb))
+
+
+TABLE_COLUMNS = (
+    ("checkpointing", "strategy", "{}"),
+    ("tracked_peak_mb", "tracked peak MB", "{:,.1f}"),
+    ("added_mb", "grads+acts MB", "{:,.1f}"),
+    ("predicted_added_mb", "predicted", "{:,.1f}"),
+    ("added_ratio", "vs none", "{:.2f}"),
+    ("added_vs_best_uniform", "vs best uniform", "{:.2f}"),
+)
+MEASURED_TIME_COLUMNS = (
+    ("step_seconds", "step s", "{:.2f}"),
+    ("step_ratio", "vs none", "{:.2f}"),
+)
+DRY_RUN_TIME_COLUMNS = (
+    ("step_gflop", "GFLOP", "{:,.0f}"),
+    ("flops_ratio", "FLOPs vs none", "{:.2f}"),
+)
+
+
+def strategy_table(rows: Sequence[dict]) -> str:
+    """``measure_strategies`` rows as an aligned text table, headed by how they were obtained;
+    measured seconds for real steps, FLOPs for dry runs; n/a where there is no prediction."""
+    dry = all(row["step_seconds"] is None for row in rows)
+    columns = TABLE_COLUMNS + (DRY_RUN_TIME_COLUMNS if dry else MEASURED_TIME_COLUMNS)
+    cells = [[title for _, title, _ in columns]]
+    for row in rows:
+        cells.append(
+            ["n/a" if row.get(key) is None else fmt.format(row[key]) for key, _, fmt in columns]
+        )
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    table = "\n".join(
+        "  ".join(
+            cell.ljust(width) if i == 0 else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(line, widths, strict=True))
+        )
+        for line in cells
+    )
+    return f"{rows[0]['source']}\n{table}" if rows and rows[0].get("source") else table
+
+
+def key_rows(rows: Sequence[dict]) -> list[dict]:
+    """The rows the text discusses: none, the best uniform split measured, sqrt(n), the plans and
+    selective checkpointing (the full table is ``strategy_table(rows)``)."""
+    uniform = [row for row in rows if row["kind"] == "uniform"]
+    best = min(uniform, key=lambda row: row["tracked_peak_mb"], default=None)
+    return [
+        row
+        for row in rows
+        if row["kind"] in ("none", "sqrt(n)", "planned", "selective", "offload") or row is best
+    ]
+
+
+def floor_table(rows: Sequence[dict], floor: PeakFloor) -> str:
+    """None, the best uniform split, the planner and selective checkpointing against the floor."""
+    chosen = {"none": rows[0]}
+    uniform = [row for row in rows if row["kind"] in ("uniform", "sqrt(n)")]
+    if uniform:
+        best = min(uniform, key=lambda row: row["tracked_peak_mb"])
+        chosen[f"best uniform ({best['checkpointing']})"] = best
+    planned = [row for row in rows if row["kind"] == "planned"]
+    if planned:
+        chosen["planner, least peak"] = min(planned, key=lambda row: row["tracked_peak_mb"])
+    selective = [row for row in rows if row["kind"] == "selective"]
+    if selective:
+        best = min(selective, key=lambda row: row["tracked_peak_mb"])
+        chosen[f"best {best['checkpointing']}"] = best
+    floor_mb = floor.floor_bytes / MB
+    width = max(len(name) for name in chosen)
+    lines = [f"{'strategy':<{width}}  {'tracked peak MB':>15}  {'above the floor':>15}"]
+    for name, row in chosen.items():
+        above = row["tracked_peak_mb"] / floor_mb - 1
+        lines.append(f"{name:<{width}}  {row['tracked_peak_mb']:>15,.1f}  {above:>14.1%}")
+    lines.append(f"{'floor (no plan goes below)':<{width}}  {floor_mb:>15,.1f}")
+    return "\n".join(lines) + "\n" + floor.describe()

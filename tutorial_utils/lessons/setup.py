@@ -1,0 +1,32 @@
+"""The first cell of every notebook: say where and at what scale it runs."""
+
+from __future__ import annotations
+
+import platform
+
+import torch
+import torchvision
+
+from tutorial_utils.articles.profiles import Profile, get_profile
+from tutorial_utils.measurement.devices import default_device, describe_device
+
+
+def ipywidgets_version() -> str:
+    """The installed ipywidgets version, or 'not installed'."""
+    try:
+        import ipywidgets
+    except ImportError:
+        return "not installed"
+    return ipywidgets.__version__
+
+
+def report_environment(profile_name: str | None = None) -> Profile:
+    """Print profile, device and versions; return the active profile."""
+    profile = get_profile(profile_name)
+    print(f"profile: {profile.name} ({profile.description})")
+    print(f"device:  {describe_device(default_device())}")
+    print(
+        f"python {platform.python_version()}, torch {torch.__version__}, "
+        f"torchvision {torchvision.__version__}, ipywidgets {ipywidgets_version()}"
+    )
+    return profile

@@ -1,0 +1,3 @@
+"""Measuring a training step on any device: the tensor tracker, step and batch-size
+measurement, dry runs on the meta device, FLOPs, NVML/CUDA readers, devices.
+"""

@@ -1,0 +1,187 @@
+"""The second article's experiment as a search: the largest batch whose step fits a budget.
+
+Doubling, then bisection, over ``measure_step`` trials: by the tracked peak on any device (dry
+runs on the meta device included), or for real on CUDA under a memory-fraction cap.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from tutorial_utils.measurement.devices import default_device
+from tutorial_utils.measurement.nvml import cuda_unavailable_reason
+from tutorial_utils.measurement.step import OptimizerFactory, adam_optimizer, measure_step
+from tutorial_utils.measurement.tracker import MemoryLimitExceeded
+
+
+@dataclass
+class BatchTrial:
+    """One tried batch size."""
+
+    batch_size: int
+    fits: bool
+    # tracked peak (mode "tracked"; for a trial stopped over budget, the bytes when it stopped, a
+    # lower bound) or CUDA peak allocated (mode "cuda"; None when it ran out of memory)
+    peak_bytes: int | None
+    error: str | None = None  # why it does not fit: stopped over budget, or out of memory
+
+
+@dataclass
+class MaxBatchResult:
+    """The largest batch size that fits ``budget_bytes`` (0 if none) and every trial."""
+
+    batch_size: int
+    trials: list[BatchTrial]
+    budget_bytes: int
+    segments: Any = 0
+    mode: str = "tracked"
+    device: str = "cpu"
+
+    def fitting(self) -> list[BatchTrial]:
+        return [trial for trial in self.trials if trial.fits]
+
+
+def _validate_search(sample_shape, budget_bytes, mode, max_batch) -> None:
+    if budget_bytes <= 0:
+        raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
+    if len(sample_shape) == 0 or any(int(side) <= 0 for side in sample_shape):
+        raise ValueError(
+            f"sample_shape must be non-empty and positive, e.g. (3, 32, 32); got {sample_shape}"
+        )
+    if mode not in ("tracked", "cuda"):
+        raise ValueError(f"mode must be 'tracked' or 'cuda', got {mode!r}")
+    if max_batch < 1:
+        raise ValueError(f"max_batch must be at least 1, got {max_batch}")
+
+
+def _search(try_batch: Callable[[int], bool], max_batch: int) -> int:
+    """Largest b in 1..max_batch with try_batch(b), by doubling then bisection (fit is monotone)."""
+    fits, fails = 0, max_batch + 1
+    candidate = 1
+    while candidate < fails:
+        if try_batch(candidate):
+            fits = candidate
+            candidate = min(candidate * 2, max_batch) if candidate < max_batch else fails
+        else:
+            fails = candidate
+    while fails - fits > 1:
+        middle = (fits + fails) // 2
+        if try_batch(middle):
+            fits = middle
+        else:
+            fails = middle
+    return fits
+
+
+def find_max_batch_size(
+    make_model: Callable[[], nn.Module],
+    sample_shape: Sequence[int],
+    budget_bytes: int,
+    segments: Any = 0,
+    *,
+    num_classes: int = 10,
+    device: torch.device | str | None = None,
+    mode: str = "tracked",
+    max_batch: int = 256,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    optimizer_factory: OptimizerFactory | None = None,
+    round_to_blocks: bool = False,
+) -> MaxBatchResult:
+    """The largest batch whose training step fits ``budget_bytes``: the second article's experiment.
+
+    Every trial builds a fresh model with ``make_model()`` and an optimizer (default Adam, lr 1e-3,
+    as in the second article) and runs ``measure_step`` on random inputs of ``sample_shape``.
+    ``mode="tracked"`` compares the tracked peak (parameters, gradients, optimizer state and
+    activations) with the budget, on any device, stopping a trial as soon as it goes over (so real
+    memory stays near the budget, and failing trials are cheap). ``mode="cuda"`` emulates a small card: it runs for
+    real under ``torch.cuda.set_per_process_memory_fraction(budget / total)``, treats an
+    out-of-memory error as "does not fit", frees everything and goes on; the fraction is restored
+    afterwards. The limit covers everything the process has allocated, other live tensors included.
+    ``device="meta"`` makes every trial a dry run (model and batch built on the meta device): the
+    tracked search at any size in well under a second per trial, on any machine.
+    """
+    _validate_search(sample_shape, budget_bytes, mode, max_batch)
+    device = torch.device(device) if device is not None else default_device()
+    if mode == "cuda":
+        reason = cuda_unavailable_reason()
+        if reason is not None or device.type != "cuda":
+            raise ValueError(
+                f"mode='cuda' needs a CUDA device ({reason or f'device is {device}'}); "
+                "use mode='tracked' on this machine"
+            )
+    factory = optimizer_factory if optimizer_factory is not None else adam_optimizer
+    generator = torch.Generator().manual_seed(0)
+    trials: list[BatchTrial] = []
+
+    def run_trial(batch_size: int) -> int | None:
+        """The trial's peak: tracked, or CUDA peak allocated in mode "cuda"."""
+        if device.type == "meta":  # a dry run: built there directly, no data drawn
+            with torch.device("meta"):
+                model = make_model()
+                inputs = torch.empty(batch_size, *sample_shape)
+                targets = torch.empty(batch_size, dtype=torch.long)
+        else:
+            model = make_model().to(device)
+            inputs = torch.randn(batch_size, *sample_shape, generator=generator)
+            targets = torch.randint(0, num_classes, (batch_size,), generator=generator)
+        optimizer = factory(model.parameters())
+        limit = budget_bytes if mode == "tracked" else None
+        report = measure_step(
+            model,
+            inputs,
+            targets,
+            segments,
+            optimizer,
+            loss_fn,
+            device,
+            time_step=False,
+            limit_bytes=limit,
+            round_to_blocks=round_to_blocks,
+        )
+        return report.cuda_peak_allocated if mode == "cuda" else report.peak_bytes
+
+    def try_batch(batch_size: int) -> bool:
+        if mode == "tracked":
+            try:
+                trial = BatchTrial(batch_size, True, run_trial(batch_size))
+            except MemoryLimitExceeded as stopped:
+                trial = BatchTrial(batch_size, False, stopped.live_bytes, f"stopped: {stopped}")
+        else:
+            try:
+                trial = BatchTrial(batch_size, True, run_trial(batch_size))
+            except torch.OutOfMemoryError as error:
+                trial = BatchTrial(batch_size, False, None, str(error).splitlines()[0])
+            gc.collect()
+            torch.cuda.empty_cache()
+        trials.append(trial)
+        return trial.fits
+
+    if mode == "cuda":
+        best = _search_on_small_card(try_batch, max_batch, budget_bytes, device)
+    else:
+        best = _search(try_batch, max_batch)
+    return MaxBatchResult(best, trials, budget_bytes, segments, mode, str(device))
+
+
+def _search_on_small_card(
+    try_batch: Callable[[int], bool], max_batch: int, budget_bytes: int, device: torch.device
+) -> int:
+    """``_search`` with the CUDA allocator capped at ``budget_bytes``, restored afterwards."""
+    total = torch.cuda.get_device_properties(device).total_memory
+    if budget_bytes > total:
+        raise ValueError(f"budget_bytes={budget_bytes} exceeds the device's {total} bytes")
+    previous = torch.cuda.get_per_process_memory_fraction(device)
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch.cuda.set_per_process_memory_fraction(budget_bytes / total, device)
+    try:
+        return _search(try_batch, max_batch)
+    finally:
+        torch.cuda.set_per_process_memory_fraction(previous, device)
+        torch.cuda.empty_cache()

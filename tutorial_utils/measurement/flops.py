@@ -1,0 +1,90 @@
+"""The work of a training step in FLOPs, split by phase: time's stand-in where no time exists.
+
+A dry run on the meta device has exact memory but no time. What it does have is every op with
+its shapes, and PyTorch's FLOP formulas (``torch.utils.flop_counter``, the ones ``FlopCounterMode``
+uses) turn those into floating-point operations. Counted per phase (``phases.PHASES``), a
+checkpointed step shows its price directly: the recompute FLOPs, and the step's FLOPs over the
+plain step's as the predicted slowdown. It is a prediction of time, not a measurement: ops with
+no formula (elementwise ops, BatchNorm, the optimizer) count 0, and memory-bound kernels take
+longer than their FLOPs say; the bench prints it beside a measured ratio to show how far it goes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import flop_registry
+
+from tutorial_utils.measurement.phases import PHASES, current_phase
+
+# Queries of a tensor's metadata, which FlopCounterMode also leaves to the next handler.
+_METADATA_OPS = frozenset(
+    {
+        torch.ops.aten.is_contiguous.default,
+        torch.ops.aten.is_contiguous.memory_format,
+        torch.ops.aten.is_strides_like_format.default,
+        torch.ops.aten.is_non_overlapping_and_dense.default,
+        torch.ops.aten.size.default,
+        torch.ops.aten.sym_size.default,
+        torch.ops.aten.stride.default,
+        torch.ops.aten.sym_stride.default,
+        torch.ops.aten.storage_offset.default,
+        torch.ops.aten.sym_storage_offset.default,
+        torch.ops.aten.numel.default,
+        torch.ops.aten.sym_numel.default,
+        torch.ops.aten.dim.default,
+        torch.ops.prim.layout.default,
+    }
+)
+
+
+@dataclass(frozen=True)
+class StepFlops:
+    """FLOPs of one training step by phase (ops without a FLOP formula count 0)."""
+
+    forward: int
+    backward: int
+    recompute: int
+    optimizer: int
+
+    @property
+    def total(self) -> int:
+        return self.forward + self.backward + self.recompute + self.optimizer
+
+    def overhead_vs(self, plain: StepFlops) -> float:
+        """This step's FLOPs over ``plain``'s: the predicted time ratio of a strategy."""
+        if plain.total == 0:
+            raise ValueError("the plain step counted no FLOPs: nothing to compare with")
+        return self.total / plain.total
+
+
+class StepFlopCounter(TorchDispatchMode):
+    """Counts the FLOPs of every op inside ``with counter:``, per phase, on any device.
+
+    Ops without a formula are decomposed where PyTorch can (as ``FlopCounterMode`` does), so a
+    composite op is counted through the matrix products it is made of.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: dict[str, int] = dict.fromkeys(PHASES, 0)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _METADATA_OPS:
+            return NotImplemented
+        packet = func._overloadpacket
+        if packet not in flop_registry and func is not torch.ops.prim.device.default:
+            with self:
+                decomposed = func.decompose(*args, **kwargs)
+            if decomposed is not NotImplemented:
+                return decomposed
+        out = func(*args, **kwargs)
+        if packet in flop_registry:
+            self.counts[current_phase()] += int(flop_registry[packet](*args, **kwargs, out_val=out))
+        return out
+
+    def result(self) -> StepFlops:
+        return StepFlops(**self.counts)

@@ -1,0 +1,355 @@
+"""Memory and time of one training step, on any device: the measurements behind every figure.
+
+``measure_step`` runs forward, backward and an optimizer step under the ``TensorMemoryTracker``
+(tracked peak, any device) and, on CUDA, reads the allocator's peaks and NVML beside it.
+``find_max_batch_size`` is the second article's "largest batch on a small card" as a search, and
+``sweep_segments`` measures one model at several checkpoint segment counts. ``MemoryMonitor``
+samples memory in a background thread for memory-over-time plots.
+
+All of them accept the ``meta`` device: a model and inputs there make a **dry run**, the same step
+with shapes and no data, whose tensor bytes are exact (``tests/test_dry_run.py`` proves them equal
+to a real step's) and whose time does not exist: ``seconds`` is None and FLOPs stand in for it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from tutorial_utils.checkpointing.segments import forward_segments
+from tutorial_utils.measurement.flops import StepFlopCounter, StepFlops
+from tutorial_utils.measurement.nvml import (
+    NvmlReading,
+    cuda_memory_figures,
+    nvml_index,
+    nvml_used_mb,
+)
+from tutorial_utils.measurement.phases import step_phase
+from tutorial_utils.measurement.tracker import (
+    MemoryLimitExceeded,
+    TensorMemoryTracker,
+    TimelineEvent,
+)
+from tutorial_utils.units import MB
+
+DRY_RUN_LABEL = "dry run (meta device): exact tensor bytes, no time"
+OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+
+
+def _mb(value: float | None) -> float | None:
+    return None if value is None else value / MB
+
+
+@dataclass
+class StepReport:
+    """One training step's memory and time. Bytes unless the name says MB; None where absent."""
+
+    peak_bytes: int  # tracked peak of live tensor bytes, baseline included
+    breakdown: dict[str, int]  # the tracked peak split by CATEGORIES
+    activation_peak_bytes: int  # most activations/other bytes alive at any moment of the step
+    seconds: float | None  # wall time of an untracked step (None when not timed)
+    cuda_peak_allocated: int | None
+    cuda_peak_reserved: int | None
+    nvml_used_mb: float | None
+    segments: Any  # as passed to forward_segments (an int, or whatever it accepts)
+    batch_size: int
+    device: str
+    baseline_bytes: int = (
+        0  # tracked bytes alive before the step (parameters, optimizer state, inputs)
+    )
+    cuda_allocated_before: int | None = None  # CUDA allocated bytes before the step
+    cuda_reason: str | None = None  # why the CUDA figures are None
+    nvml_reason: str | None = None  # why nvml_used_mb is None
+    flops: StepFlops | None = None  # counted in dry runs (or with count_flops=True)
+    phase_peak_bytes: dict[str, int] | None = None  # tracked peak within each phase
+    rounded_to_blocks: bool = False  # every storage counted in 512-byte CUDA blocks
+    timeline: list[TimelineEvent] | None = None  # op by op, with record_timeline=True
+    category_timeline: list[dict[str, int]] | None = None  # bytes per category, op by op
+
+    @property
+    def dry_run(self) -> bool:
+        """True for a step on the meta device: exact tensor bytes, no time."""
+        return self.device == "meta"
+
+    @property
+    def source(self) -> str:
+        """How the figures were obtained, for every label that shows them."""
+        if self.dry_run:
+            return DRY_RUN_LABEL
+        return f"measured: real step on {self.device}"
+
+    @property
+    def peak_mb(self) -> float:
+        return self.peak_bytes / MB
+
+    @property
+    def activation_peak_mb(self) -> float:
+        return self.activation_peak_bytes / MB
+
+    @property
+    def breakdown_mb(self) -> dict[str, float]:
+        return {name: value / MB for name, value in self.breakdown.items()}
+
+    @property
+    def cuda_peak_allocated_mb(self) -> float | None:
+        return _mb(self.cuda_peak_allocated)
+
+    @property
+    def cuda_peak_reserved_mb(self) -> float | None:
+        return _mb(self.cuda_peak_reserved)
+
+    @property
+    def tracker_error(self) -> float | None:
+        """(tracked peak - CUDA peak allocated) / CUDA peak allocated, on CUDA."""
+        if not self.cuda_peak_allocated:
+            return None
+        return (self.peak_bytes - self.cuda_peak_allocated) / self.cuda_peak_allocated
+
+
+def default_optimizer(parameters: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+    """The first article's optimizer: SGD, lr 1e-3, momentum 0.9."""
+    return torch.optim.SGD(parameters, lr=1e-3, momentum=0.9)
+
+
+def adam_optimizer(parameters: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+    """The second article's optimizer: Adam, lr 1e-3."""
+    return torch.optim.Adam(parameters, lr=1e-3)
+
+
+def prime_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
+    """Create lazily allocated optimizer state with one step on zero gradients.
+
+    Zero gradients leave the weights of SGD (momentum or not) and Adam unchanged, apart from
+    weight decay; Adam's step counter advances by one. Gradients are None afterwards.
+    """
+    for group in optimizer.param_groups:
+        for parameter in group["params"]:
+            if parameter.grad is None and parameter.requires_grad:
+                parameter.grad = torch.zeros_like(parameter)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def _model_device(model: nn.Module) -> torch.device:
+    parameter = next(model.parameters(), None)
+    return parameter.device if parameter is not None else torch.device("cpu")
+
+
+def _check_segments(model: nn.Module, segments: Any) -> None:
+    """Only an ``nn.Sequential`` is split by ``forward_segments``; other modules need 0."""
+    if not isinstance(model, nn.Sequential) and not (isinstance(segments, int) and segments == 0):
+        raise ValueError(
+            f"segments={segments!r} needs an nn.Sequential; {type(model).__name__} checkpoints "
+            "itself (e.g. NetA(use_checkpoint=True)): pass segments=0"
+        )
+
+
+def _forward(model: nn.Module, inputs: torch.Tensor, segments: Any) -> torch.Tensor:
+    """``forward_segments`` for a Sequential; a plain call for modules that checkpoint themselves."""
+    if isinstance(model, nn.Sequential):
+        return forward_segments(model, inputs, segments)
+    return model(inputs)
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _forward_backward_step(model, inputs, targets, segments, optimizer, loss_fn) -> None:
+    """Forward, loss, backward, optimizer step; gradients are expected to be None on entry."""
+    with step_phase("forward"):
+        outputs = _forward(model, inputs, segments)
+        loss = loss_fn(outputs, targets)
+    with step_phase("backward"):
+        loss.backward()
+    with step_phase("optimizer"):
+        optimizer.step()
+
+
+def measure_step(
+    model: nn.Module,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    segments: Any = 0,
+    optimizer: torch.optim.Optimizer | None = None,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    device: torch.device | str | None = None,
+    *,
+    repeats: int = 1,
+    time_step: bool = True,
+    limit_bytes: int | None = None,
+    round_to_blocks: bool = False,
+    record_timeline: bool = False,
+    count_flops: bool | None = None,
+) -> StepReport:
+    """Memory and time of one training step (forward, loss, backward, optimizer step).
+
+    The measured step should look like any later step of a training loop, so optimizer state that
+    is created lazily on the first step (SGD momentum, Adam moments) must exist before it. With
+    ``time_step`` one untracked warm-up step creates it (and warms caches), then ``repeats`` steps
+    are timed without the tracker (whose dispatch overhead would distort the time; the fastest is
+    reported, as ``timeit`` does: slower repeats measure interference from other work). Without ``time_step`` the state is created more cheaply by an optimizer step on
+    zero gradients, which leaves SGD/Adam weights unchanged. Then one step runs under the tracker
+    (and with the CUDA peak counters reset). Before each step the gradients are set to None, as
+    ``zero_grad()`` does in the articles' loop, so they are allocated during backward; they are
+    set to None again at the end to give their memory back. The model's weights do change: it is
+    trained for real. With ``limit_bytes`` the tracked step stops with ``MemoryLimitExceeded`` as
+    soon as its live tensors exceed it.
+
+    ``segments`` goes to ``forward_segments`` for an ``nn.Sequential``; other modules (NetA)
+    checkpoint themselves and need ``segments=0``. Defaults: SGD lr 1e-3 momentum 0.9 and
+    cross-entropy, as in the first article.
+
+    On the meta device the step is a dry run: nothing is timed (``seconds`` is None) and the
+    FLOPs of each phase are counted instead (``count_flops`` defaults to True there only).
+    ``round_to_blocks`` counts storages in CUDA's 512-byte blocks; ``record_timeline`` keeps the
+    op-by-op timeline with bytes per category.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    _check_segments(model, segments)
+    device = torch.device(device) if device is not None else _model_device(model)
+    dry_run = device.type == "meta"
+    count_flops = dry_run if count_flops is None else count_flops
+    model.to(device).train()
+    inputs, targets = inputs.to(device), targets.to(device)
+    optimizer = optimizer if optimizer is not None else default_optimizer(model.parameters())
+    loss_fn = loss_fn if loss_fn is not None else nn.CrossEntropyLoss()
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        _forward_backward_step(model, inputs, targets, segments, optimizer, loss_fn)
+
+    seconds = None
+    if not time_step or dry_run:  # a dry run has no time to measure
+        prime_optimizer_state(optimizer)
+    else:
+        step()
+        durations = []
+        for _ in range(repeats):
+            _synchronize(device)
+            started = time.perf_counter()
+            step()
+            _synchronize(device)
+            durations.append(time.perf_counter() - started)
+        seconds = min(durations)
+
+    optimizer.zero_grad(set_to_none=True)
+    cuda_before = None
+    if device.type == "cuda":
+        _synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        cuda_before = torch.cuda.memory_allocated(device)
+    tracker = TensorMemoryTracker(
+        model,
+        optimizer,
+        inputs=(inputs, targets),
+        device=device,
+        limit_bytes=limit_bytes,
+        round_to_blocks=round_to_blocks,
+        record_timeline=record_timeline,
+    )
+    counter = StepFlopCounter() if count_flops else None
+    try:
+        with tracker:
+            if counter is None:
+                _forward_backward_step(model, inputs, targets, segments, optimizer, loss_fn)
+            else:
+                with counter:
+                    _forward_backward_step(model, inputs, targets, segments, optimizer, loss_fn)
+    except MemoryLimitExceeded:
+        optimizer.zero_grad(set_to_none=True)
+        raise
+    _synchronize(device)
+    figures = cuda_memory_figures(device)
+    nvml = (
+        nvml_used_mb(nvml_index(device))
+        if device.type == "cuda"
+        else NvmlReading(None, f"device {device} is not a CUDA device")
+    )
+    optimizer.zero_grad(set_to_none=True)
+    return StepReport(
+        peak_bytes=tracker.peak_bytes,
+        breakdown=dict(tracker.breakdown_at_peak),
+        activation_peak_bytes=tracker.activation_peak_bytes,
+        seconds=seconds,
+        cuda_peak_allocated=figures.peak_allocated,
+        cuda_peak_reserved=figures.peak_reserved,
+        nvml_used_mb=nvml.used_mb,
+        segments=segments,
+        batch_size=len(inputs),
+        device=str(device),
+        baseline_bytes=tracker.baseline_bytes,
+        cuda_allocated_before=cuda_before,
+        cuda_reason=figures.reason,
+        nvml_reason=nvml.reason,
+        flops=None if counter is None else counter.result(),
+        phase_peak_bytes=dict(tracker.phase_peak_bytes),
+        rounded_to_blocks=round_to_blocks,
+        timeline=list(tracker.timeline) if record_timeline else None,
+        category_timeline=list(tracker.category_timeline) if record_timeline else None,
+    )
+
+
+# -- segment sweeps ---------------------------------------------------------------------------
+
+
+@dataclass
+class SweepRecord(StepReport):
+    """One segment count of a sweep: its ``StepReport`` plus ratios to the run without
+    checkpointing (segments 0 or 1) in the same sweep."""
+
+    peak_ratio: float | None = None
+    time_ratio: float | None = None
+
+
+def sweep_segments(
+    model: nn.Sequential,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    segment_counts: Iterable[int],
+    *,
+    optimizer_factory: OptimizerFactory | None = None,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    device: torch.device | str | None = None,
+    repeats: int = 1,
+    round_to_blocks: bool = False,
+) -> list[SweepRecord]:
+    """``measure_step`` at each segment count on the same model and inputs, side by side.
+
+    Each count gets a fresh optimizer (default SGD, lr 1e-3, momentum 0.9) and starts with the
+    gradients set to None. ``repeats`` timed steps per count; the fastest is reported. On the
+    meta device every count is a dry run (no time ratios; FLOPs in each record).
+    """
+    counts = list(segment_counts)
+    if not counts:
+        raise ValueError("segment_counts is empty: pass e.g. [0, 2, 4]")
+    factory = optimizer_factory if optimizer_factory is not None else default_optimizer
+    records = []
+    for segments in counts:
+        model.zero_grad(set_to_none=True)
+        report = measure_step(
+            model,
+            inputs,
+            targets,
+            segments,
+            factory(model.parameters()),
+            loss_fn,
+            device,
+            repeats=repeats,
+            round_to_blocks=round_to_blocks,
+        )
+        records.append(SweepRecord(**vars(report)))
+    plain = next((r for r in records if r.segments in (0, 1)), None)
+    if plain is not None:
+        for record in records:
+            record.peak_ratio = record.peak_bytes / plain.peak_bytes
+            if record.seconds is not None and plain.seconds:
+                record.time_ratio = record.seconds / plain.seconds
+    return records

@@ -1,0 +1,552 @@
+"""Choosing WHERE to checkpoint an ``nn.Sequential``: profile once, then dynamic programming.
+
+``checkpoint_sequential`` cuts a model into runs of equal module counts, blind to where the memory
+sits; in VGG16 most activation bytes live in the first, high-resolution layers. Here each
+top-level module is profiled once (the bytes autograd saves for its backward, the bytes of its
+output, its forward time), a cost model predicts the step's peak for any choice of contiguous
+segments (each checkpointed or not), and a dynamic program picks the boundaries: with a budget,
+the plan of least recompute time whose predicted peak fits; without one, the plan of least peak.
+The idea is Chen et al. (2016)'s budgeted sqrt(n) scheme made exact for a chain, as rotor does.
+
+Profiling works on the meta device too (a model and a sample there: the article's 224 px on any
+laptop). There no time exists, so each module's forward FLOPs stand in for its forward time, and
+the recompute cost the program minimises is in FLOPs; on a real device it is in seconds.
+
+What the prediction covers (``Plan.predicted_peak_bytes``): parameters and buffers, the input
+batch, gradients as backward creates them (``.grad`` starts at None, as after
+``zero_grad(set_to_none=True)``), saved activations, the activation being produced and the
+activation gradients of the layer being differentiated. It leaves out optimizer state (add it: it
+is a constant, e.g. 2x the parameters for Adam), scratch memory inside kernels, and temporaries
+smaller than a layer's output. It is the same quantity ``TensorMemoryTracker`` measures.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+
+from tutorial_utils.checkpointing.segments import segment_boundaries
+from tutorial_utils.measurement.flops import StepFlopCounter
+from tutorial_utils.units import MB
+
+# (start, end, checkpointed): modules ``start..end-1`` run as one segment.
+Segment = tuple[int, int, bool]
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """What one top-level module costs in the forward and keeps for the backward."""
+
+    name: str
+    input_bytes: int  # storage of the module's input (the previous module's output)
+    output_bytes: int  # new storage of its output (0 when the output is a view of the input)
+    saves_input: bool  # autograd keeps the input alive for this module's backward
+    saves_output: bool  # ... or its output (ReLU does)
+    internal_bytes: int  # other saved storages (pooling indices, dropout masks, BN statistics)
+    parameter_bytes: int  # its gradients' size, created during its backward
+    forward_seconds: float | None  # None on the meta device, where nothing takes time
+    forward_flops: int = 0  # what its forward costs when time cannot be measured
+
+    @property
+    def recompute_cost(self) -> float:
+        """What recomputing the module costs: seconds where measured, else FLOPs."""
+        return self.forward_flops if self.forward_seconds is None else self.forward_seconds
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """Per-module costs of one ``nn.Sequential`` at one input size, plus the constant part."""
+
+    layers: tuple[LayerCost, ...]
+    baseline_bytes: int  # parameters, buffers and the input batch: there whatever the plan
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    @property
+    def timed(self) -> bool:
+        """True when profiled on a real device (recompute cost in seconds, not FLOPs)."""
+        return all(layer.forward_seconds is not None for layer in self.layers)
+
+    def kept_bytes_per_layer(self) -> list[int]:
+        """Bytes each module keeps for backward without checkpointing, each storage counted once.
+
+        A tensor saved by two modules (a ReLU's output is the next convolution's input) is
+        charged to the first; the batch is left out (it is in the baseline). They sum to
+        ``activation_bytes`` (plus the model's output, should the last module save it).
+        """
+        kept = []
+        for m, layer in enumerate(self.layers):
+            own_input = m > 0 and layer.saves_input and not self.layers[m - 1].saves_output
+            kept.append(
+                layer.internal_bytes
+                + layer.input_bytes * own_input
+                + layer.output_bytes * layer.saves_output
+            )
+        return kept
+
+    @property
+    def activation_bytes(self) -> int:
+        """Bytes kept for backward without any checkpointing (each storage counted once)."""
+        return _segment_stored(self, 0, len(self), False, False)
+
+
+def _storage_key(tensor: torch.Tensor) -> int:
+    """Identity of a tensor's storage while it lives (data pointers are all 0 on meta)."""
+    return tensor.untyped_storage()._cdata
+
+
+@torch.no_grad()
+def _snapshot_buffers(model: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return [(buffer, buffer.clone()) for buffer in model.buffers()]
+
+
+def profile_sequential(model: nn.Sequential, sample_input: torch.Tensor) -> ModelProfile:
+    """Run ``model`` once, module by module, recording what autograd saves for each one.
+
+    Saved storages are found with ``saved_tensors_hooks``; parameters and buffers are left out
+    (they are there anyway). The forward runs twice (the first warms up kernels) and each module's
+    time is the faster of the two; on the meta device it runs once and has FLOPs, no time. RNG
+    state and BatchNorm running statistics are restored, so profiling changes nothing. Profile in
+    the mode you train in (``model.train()``).
+    """
+    if not isinstance(model, nn.Sequential) or len(model) == 0:
+        raise ValueError("plan_checkpoints needs a non-empty nn.Sequential")
+    model_keys = {_storage_key(t) for t in [*model.parameters(), *model.buffers()]}
+    dry_run = sample_input.device.type == "meta"
+    snapshot = _snapshot_buffers(model)
+    with torch.random.fork_rng(devices=_cuda_devices(sample_input)):
+        first = _profile_pass(model, sample_input, model_keys)
+        second = first if dry_run else _profile_pass(model, sample_input, model_keys)
+    with torch.no_grad():
+        for buffer, saved in snapshot:
+            buffer.copy_(saved)
+    layers = tuple(
+        LayerCost(
+            **{
+                **a,
+                "forward_seconds": None
+                if dry_run
+                else min(a["forward_seconds"], b["forward_seconds"]),
+            }
+        )
+        for a, b in zip(first, second, strict=True)
+    )
+    constant = sum(t.untyped_storage().nbytes() for t in [*model.parameters(), *model.buffers()])
+    return ModelProfile(layers, constant + sample_input.untyped_storage().nbytes())
+
+
+def _cuda_devices(tensor: torch.Tensor) -> list[int]:
+    return [tensor.device.index or 0] if tensor.device.type == "cuda" else []
+
+
+def _profile_pass(model: nn.Sequential, x: torch.Tensor, model_keys: set[int]) -> list[dict]:
+    records = []
+    for index, module in enumerate(model):
+        saved: dict[int, int] = {}
+
+        def pack(tensor: torch.Tensor, saved=saved) -> torch.Tensor:
+            key = _storage_key(tensor)
+            if key not in model_keys and tensor.untyped_storage().nbytes():
+                saved[key] = tensor.untyped_storage().nbytes()
+            return tensor
+
+        _synchronize(x)
+        started = time.perf_counter()
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            with StepFlopCounter() as flops:
+                y = module(x)
+        _synchronize(x)
+        seconds = time.perf_counter() - started
+        in_key, out_key = _storage_key(x), _storage_key(y)
+        records.append(
+            {
+                "name": f"{index}: {type(module).__name__}",
+                "input_bytes": x.untyped_storage().nbytes(),
+                "output_bytes": 0 if out_key == in_key else y.untyped_storage().nbytes(),
+                "saves_input": in_key in saved,
+                "saves_output": out_key in saved and out_key != in_key,
+                "internal_bytes": sum(b for k, b in saved.items() if k not in (in_key, out_key)),
+                "parameter_bytes": sum(p.untyped_storage().nbytes() for p in module.parameters()),
+                "forward_seconds": seconds,
+                "forward_flops": flops.result().total,
+            }
+        )
+        x = y
+    return records
+
+
+def _synchronize(tensor: torch.Tensor) -> None:
+    if tensor.device.type == "cuda":
+        torch.cuda.synchronize(tensor.device)
+
+
+# -- the cost model ------------------------------------------------------------------------------
+#
+# Boundary tensor x_j is the input of module j (x_0 the batch, in the baseline). Going forward,
+# a segment [s, e) leaves behind what its backward needs: a checkpointed one only its input x_s,
+# a plain one every saved storage of its modules. Each plan's peak is the largest over segments k
+# of (bytes left behind by segments before k) + (segment k's own high-water mark, forward or
+# backward). Backward adds the gradients of all parameters from the current module to the end.
+
+
+def _input_kept(profile: ModelProfile, start: int, checkpointed: bool, after_plain: bool) -> bool:
+    """Whether the segment's input x_start stays alive until the segment's backward."""
+    if start == 0:
+        return False  # the batch is in the baseline
+    layers = profile.layers
+    return (
+        checkpointed
+        or layers[start].saves_input
+        or (after_plain and layers[start - 1].saves_output)
+    )
+
+
+def _boundary_kept(profile: ModelProfile, j: int) -> bool:
+    """Inside a plain segment: whether x_j is saved by the module before or after it."""
+    return profile.layers[j - 1].saves_output or profile.layers[j].saves_input
+
+
+def _segment_stored(
+    profile: ModelProfile, start: int, end: int, checkpointed: bool, after_plain: bool
+) -> int:
+    """Bytes a segment leaves behind after its forward, its input included, its output not."""
+    layers = profile.layers
+    kept = (
+        layers[start].input_bytes if _input_kept(profile, start, checkpointed, after_plain) else 0
+    )
+    if checkpointed:
+        return kept
+    for m in range(start, end):
+        kept += layers[m].internal_bytes
+        if m > start and _boundary_kept(profile, m):
+            kept += layers[m].input_bytes
+    return kept
+
+
+def _segment_high_water(
+    profile: ModelProfile, start: int, end: int, checkpointed: bool, after_plain: bool
+) -> int:
+    """The segment's own peak, on top of what earlier segments left behind."""
+    layers = profile.layers
+    held = layers[start].input_bytes * _input_kept(profile, start, checkpointed, after_plain)
+    current_input = [layer.input_bytes if m > 0 else 0 for m, layer in enumerate(layers)]
+    output_grad = _output_grad_bytes(layers[end - 1])
+    grads_after = sum(layer.parameter_bytes for layer in layers[end:])
+
+    high = 0
+    saved_before = 0  # plain savings of modules start..m-1, boundaries start+1..m-1
+    savings_through = {}  # m -> plain savings of modules start..m, boundaries start+1..m
+    for m in range(start, end):
+        layer = layers[m]
+        producing = current_input[m] + layer.internal_bytes + layer.output_bytes
+        live = (held if m > start else 0) + producing
+        if checkpointed:  # forward keeps only the segment input; recompute keeps it all
+            high = max(high, live, live + saved_before + output_grad + grads_after)
+        else:
+            high = max(high, live + saved_before)
+        saved_before += layer.internal_bytes
+        if m > start and _boundary_kept(profile, m):
+            saved_before += layer.input_bytes
+        savings_through[m] = saved_before
+
+    # Backward at module m: savings of modules start..m (their inputs included), the output if
+    # m saved it, the gradients of m's output and input, and every parameter gradient so far.
+    grads_from = grads_after
+    for m in range(end - 1, start - 1, -1):
+        layer = layers[m]
+        grads_from += layer.parameter_bytes
+        high = max(
+            high,
+            held
+            + savings_through[m]
+            + layer.output_bytes * layer.saves_output
+            + _output_grad_bytes(layer)
+            + current_input[m]
+            + grads_from,
+        )
+    return high
+
+
+def _output_grad_bytes(layer: LayerCost) -> int:
+    """The gradient of a module's output; a view's output is as big as its input."""
+    return layer.output_bytes or layer.input_bytes
+
+
+@dataclass(frozen=True)
+class _Partial:
+    """A plan for modules ``0..j-1``: bytes left behind, peak so far, recompute cost."""
+
+    stored: int
+    peak: int
+    cost: float
+    segments: tuple[Segment, ...] = field(default=())
+
+
+def _pareto(candidates: list[_Partial], key) -> list[_Partial]:
+    """Sorted by ``key``, the candidates that improve on ``key[1]``: none is beaten on both
+    ``key[0]`` and ``key[1]`` (``key[2:]`` only breaks ties)."""
+    front: list[_Partial] = []
+    best_second = math.inf
+    for candidate in sorted(candidates, key=key):
+        if key(candidate)[1] < best_second:
+            front.append(candidate)
+            best_second = key(candidate)[1]
+    return front
+
+
+class _CostTable:
+    """Stored bytes and high-water marks of every possible segment, computed once."""
+
+    def __init__(self, profile: ModelProfile):
+        self.profile = profile
+        self.prefix_cost = [0.0]  # recompute cost of modules 0..j-1: seconds, or FLOPs on meta
+        for layer in profile.layers:
+            self.prefix_cost.append(self.prefix_cost[-1] + layer.recompute_cost)
+        self._costs: dict[tuple[int, int, bool, bool], tuple[int, int]] = {}
+
+    def cost(self, start: int, end: int, checkpointed: bool, after_plain: bool) -> tuple[int, int]:
+        """(stored, high-water) of one segment, memoized: the search asks for each many times."""
+        key = (start, end, checkpointed, after_plain)
+        if key not in self._costs:
+            self._costs[key] = (
+                _segment_stored(self.profile, *key),
+                _segment_high_water(self.profile, *key),
+            )
+        return self._costs[key]
+
+    def extend(self, partial: _Partial, end: int, checkpointed: bool) -> _Partial:
+        start = partial.segments[-1][1] if partial.segments else 0
+        after_plain = bool(partial.segments) and not partial.segments[-1][2]
+        stored, high = self.cost(start, end, checkpointed, after_plain)
+        cost = self.prefix_cost[end] - self.prefix_cost[start] if checkpointed else 0.0
+        return _Partial(
+            partial.stored + stored,
+            max(partial.peak, partial.stored + high),
+            partial.cost + cost,
+            (*partial.segments, (start, end, checkpointed)),
+        )
+
+    def finished_plans(self, fits, front_key) -> list[_Partial]:
+        """Partial plans grown boundary by boundary, pruned to a Pareto front at each boundary.
+
+        States at boundary j are split by whether the last segment is plain (that decides
+        whether x_j is already kept); within a state the future depends only on the bytes left
+        behind, so a partial plan beaten on (stored, ``front_key``'s second coordinate) by another
+        can never finish better. ``fits`` drops partial plans over the budget.
+        """
+        n = len(self.profile)
+        fronts: dict[tuple[int, bool], list[_Partial]] = {(0, False): [_Partial(0, 0, 0.0)]}
+        for start in range(n):
+            for after_plain in (False, True):
+                for partial in fronts.get((start, after_plain), []):
+                    for end in range(start + 1, n + 1):
+                        for checkpointed in (False, True):
+                            longer = self.extend(partial, end, checkpointed)
+                            if fits(longer):
+                                fronts.setdefault((end, not checkpointed), []).append(longer)
+            for state in ((start + 1, False), (start + 1, True)):
+                if state in fronts:
+                    fronts[state] = _pareto(fronts[state], front_key)
+        return fronts.get((n, False), []) + fronts.get((n, True), [])
+
+    def fastest_within(self, activation_budget: float) -> _Partial | None:
+        """The plan of least recompute whose peak above the baseline fits (least peak on ties)."""
+        finished = self.finished_plans(
+            lambda p: p.peak <= activation_budget, lambda p: (p.stored, p.cost, p.peak)
+        )
+        return min(finished, key=lambda p: (p.cost, p.peak), default=None)
+
+    def least_peak(self) -> int:
+        """The smallest peak above the baseline that any plan reaches."""
+        return min(
+            p.peak for p in self.finished_plans(lambda p: True, lambda p: (p.stored, p.peak))
+        )
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where to checkpoint a Sequential, and what that is predicted to cost.
+
+    ``boundaries``: ``(start, end, checkpointed)`` for each run of modules, covering the model
+    in order. ``predicted_peak_bytes``: the step's predicted peak (see the module docstring for
+    what it covers), ``baseline_bytes`` of which are parameters, buffers and the batch.
+    ``recompute_seconds``: forward time of the checkpointed modules, paid again in backward
+    (None when profiled on the meta device); ``recompute_flops``: their forward FLOPs.
+    """
+
+    boundaries: list[Segment]
+    predicted_peak_bytes: int
+    baseline_bytes: int
+    recompute_seconds: float | None
+    recompute_flops: int = 0
+    layer_names: tuple[str, ...] = field(default=(), repr=False)
+
+    def recompute_label(self) -> str:
+        """'recompute 12 ms', or in GFLOP where the plan was made on the meta device."""
+        if self.recompute_seconds is None:
+            return f"recompute {self.recompute_flops / 1e9:,.1f} GFLOP"
+        return f"recompute {self.recompute_seconds * 1000:.0f} ms"
+
+    @property
+    def checkpointed_segments(self) -> int:
+        return sum(checkpointed for _, _, checkpointed in self.boundaries)
+
+    def forward(
+        self,
+        model: nn.Sequential,
+        x: torch.Tensor,
+        use_reentrant: bool = False,
+        preserve_rng_state: bool = True,
+    ) -> torch.Tensor:
+        """``model(x)`` with the checkpointed segments run under ``checkpoint``."""
+        if len(model) != self.boundaries[-1][1]:
+            raise ValueError(
+                f"this plan covers {self.boundaries[-1][1]} modules but the model has "
+                f"{len(model)}: plan again with plan_checkpoints(model, sample_input)"
+            )
+        for start, end, checkpointed in self.boundaries:
+            run = _segment_runner(model, start, end)
+            if checkpointed:
+                x = checkpoint(
+                    run, x, use_reentrant=use_reentrant, preserve_rng_state=preserve_rng_state
+                )
+            else:
+                x = run(x)
+        return x
+
+    def __str__(self) -> str:
+        """One line, short enough for a legend: checkpointed runs marked ``ckpt``."""
+        runs = ", ".join(
+            f"{'ckpt ' if checkpointed else ''}{start}-{end - 1}"
+            for start, end, checkpointed in self.boundaries
+        )
+        return (
+            f"Plan[{runs}] predicted peak {self.predicted_peak_bytes / MB:.1f} MB, "
+            f"{self.recompute_label()}"
+        )
+
+    def describe(self) -> str:
+        """A table of the segments, with the module names, and what the plan is predicted to cost."""
+        lines = [f"{len(self.boundaries)} segments, {self.checkpointed_segments} checkpointed:"]
+        for start, end, checkpointed in self.boundaries:
+            names = self.layer_names[start:end] or ("",)
+            span = names[0] if end - start == 1 else f"{names[0]} .. {names[-1]}"
+            lines.append(f"  {'checkpointed' if checkpointed else 'kept        '}  {span}")
+        lines.append(
+            f"predicted peak {self.predicted_peak_bytes / MB:.1f} MB = "
+            f"{self.baseline_bytes / MB:.1f} MB parameters, buffers and batch + "
+            f"{(self.predicted_peak_bytes - self.baseline_bytes) / MB:.1f} MB activations and "
+            "gradients (optimizer state not included)"
+        )
+        lines.append(f"{self.recompute_label()} per step (profiled)")
+        return "\n".join(lines)
+
+
+def _segment_runner(model: nn.Sequential, start: int, end: int):
+    modules = list(model)[start:end]
+
+    def run(x: torch.Tensor) -> torch.Tensor:
+        for module in modules:
+            x = module(x)
+        return x
+
+    return run
+
+
+def evaluate_plan(profile: ModelProfile, boundaries: list[Segment]) -> Plan:
+    """The predicted peak and recompute time of given boundaries (e.g. a uniform split)."""
+    _check_boundaries(boundaries, len(profile))
+    table = _CostTable(profile)
+    partial = _Partial(0, 0, 0.0)
+    for _, end, checkpointed in boundaries:
+        partial = table.extend(partial, end, checkpointed)
+    return _plan_from(profile, partial)
+
+
+def _check_boundaries(boundaries: list[Segment], n_modules: int) -> None:
+    position = 0
+    for start, end, _ in boundaries:
+        if start != position or end <= start:
+            raise ValueError(f"boundaries must cover 0..{n_modules} in order, got {boundaries}")
+        position = end
+    if position != n_modules:
+        raise ValueError(f"boundaries must end at {n_modules} (the module count), got {position}")
+
+
+def _plan_from(profile: ModelProfile, partial: _Partial) -> Plan:
+    flops = sum(
+        layer.forward_flops
+        for start, end, checkpointed in partial.segments
+        if checkpointed
+        for layer in profile.layers[start:end]
+    )
+    return Plan(
+        boundaries=list(partial.segments),
+        predicted_peak_bytes=profile.baseline_bytes + partial.peak,
+        baseline_bytes=profile.baseline_bytes,
+        recompute_seconds=partial.cost if profile.timed else None,
+        recompute_flops=flops,
+        layer_names=tuple(layer.name for layer in profile.layers),
+    )
+
+
+def uniform_boundaries(n_modules: int, segments: int) -> list[Segment]:
+    """What ``checkpoint_sequential(segments)`` does: equal runs, all but the last checkpointed."""
+    runs = segment_boundaries(n_modules, segments)
+    return [(start, end, k < len(runs) - 1) for k, (start, end) in enumerate(runs)]
+
+
+def plan_from_profile(profile: ModelProfile, budget_bytes: int | None = None) -> Plan:
+    """The dynamic program on an existing profile (re-planning for a new budget is cheap)."""
+    table = _CostTable(profile)
+    least = table.least_peak()
+    if budget_bytes is None:
+        best = table.fastest_within(least)
+    else:
+        if budget_bytes < profile.baseline_bytes + least:
+            raise ValueError(
+                f"budget {budget_bytes / MB:.1f} MB is below the smallest peak any plan reaches, "
+                f"{(profile.baseline_bytes + least) / MB:.1f} MB "
+                f"({profile.baseline_bytes / MB:.1f} MB of it parameters, buffers and batch): "
+                "raise the budget or shrink the batch"
+            )
+        best = table.fastest_within(budget_bytes - profile.baseline_bytes)
+    assert best is not None  # the least-peak plan is always feasible at or above ``least``
+    return _plan_from(profile, best)
+
+
+def plan_checkpoints(
+    model: nn.Sequential, sample_input: torch.Tensor, budget_bytes: int | None = None
+) -> Plan:
+    """Profile ``model`` on ``sample_input`` and choose where to checkpoint.
+
+    With ``budget_bytes``: the plan of least recompute time whose predicted peak fits (a
+    ``ValueError`` names the smallest reachable peak when none does). Without: the plan of least
+    predicted peak, the fastest among equals.
+    """
+    return plan_from_profile(profile_sequential(model, sample_input), budget_bytes)
+
+
+def iter_uniform_plans(profile: ModelProfile) -> Iterator[tuple[int, Plan]]:
+    """``(segments, predicted plan)`` for every ``checkpoint_sequential`` split 1..n."""
+    for segments in range(1, len(profile) + 1):
+        yield segments, evaluate_plan(profile, uniform_boundaries(len(profile), segments))
+
+
+def neta_as_sequential(net: nn.Module) -> nn.Sequential:
+    """NetA's layers, conv/BN/ReLU each a top-level module, so the planner can cut anywhere.
+
+    The modules are shared (same parameters) and the forward computes the same function as
+    ``NetA.forward`` without checkpointing: the article's ``+ zeros(1, requires_grad=True)``
+    changes no value, and adaptive pooling, flattening and the classifier follow layer 8.
+    """
+    blocks = [getattr(net, f"layer{k}") for k in range(1, 9)]
+    convs = [module for block in blocks for module in block]
+    return nn.Sequential(*convs, nn.AdaptiveAvgPool2d(1), nn.Flatten(), net.layer9)

@@ -1,0 +1,146 @@
+"""Every way to run a step, side by side: no checkpointing, uniform splits, plans, selective.
+
+``strategy_menu`` lists the strategies for one Sequential (the planner's plans among them) and
+``measure_strategies`` measures each with one training step: real, or a dry run on meta inputs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from tutorial_utils.checkpointing.selective import OffloadedActivations, SelectiveCheckpoint
+from tutorial_utils.measurement.step import sweep_segments
+from tutorial_utils.planning.planner import (
+    Plan,
+    evaluate_plan,
+    plan_from_profile,
+    profile_sequential,
+    uniform_boundaries,
+)
+from tutorial_utils.units import MB
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One way to run the step: ``segments`` is what ``forward_segments`` accepts."""
+
+    name: str
+    kind: str  # none | uniform | sqrt(n) | planned | selective | offload
+    segments: object
+    predicted: Plan | None = None  # the cost model's forecast, where it has one
+
+
+def strategy_menu(
+    model: nn.Sequential,
+    sample_input: torch.Tensor,
+    *,
+    uniform_counts: list[int] | None = None,
+    budget_fractions: tuple[float, ...] = (0.5,),
+    selective_regions: tuple[int, ...] = (),
+) -> list[Strategy]:
+    """No checkpointing, uniform splits (default 2..n), sqrt(n), planned plans, selective, offload.
+
+    Planned budgets sit at ``budget_fractions`` of the way from the least reachable peak to the
+    peak without checkpointing; the least-peak plan is always included. Their names give the
+    budget as bytes added on top of parameters, buffers and batch (activations + gradients), the
+    part a plan changes and ``measure_strategies`` reports as ``added_mb``. Offloading is offered
+    only on CUDA, where it means something.
+    """
+    profile = profile_sequential(model, sample_input)
+    n = len(profile)
+    sqrt_n = max(2, round(math.sqrt(n)))
+    counts = [k for k in (uniform_counts or range(2, n + 1)) if 2 <= k <= n and k != sqrt_n]
+    uniform = {k: evaluate_plan(profile, uniform_boundaries(n, k)) for k in [1, *counts, sqrt_n]}
+    menu = [Strategy("none", "none", 0, uniform[1])]
+    menu += [Strategy(f"uniform {k}", "uniform", k, uniform[k]) for k in counts]
+    menu.append(Strategy(f"sqrt(n) = {sqrt_n}", "sqrt(n)", sqrt_n, uniform[sqrt_n]))
+    least = plan_from_profile(profile)
+    menu.append(Strategy("planned, least peak", "planned", least, least))
+    plain_peak = uniform[1].predicted_peak_bytes
+    for fraction in budget_fractions:
+        budget = int(
+            least.predicted_peak_bytes + fraction * (plain_peak - least.predicted_peak_bytes)
+        )
+        plan = plan_from_profile(profile, budget)
+        label = f"planned, budget {(budget - profile.baseline_bytes) / MB:.1f} MB added"
+        menu.append(Strategy(label, "planned", plan, plan))
+    menu += [
+        Strategy(f"selective, {k} regions", "selective", SelectiveCheckpoint(k))
+        for k in selective_regions
+    ]
+    if sample_input.device.type == "cuda":
+        menu.append(Strategy("offload to CPU", "offload", OffloadedActivations()))
+    return menu
+
+
+def measure_strategies(
+    model: nn.Sequential,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    menu: list[Strategy],
+    *,
+    model_name: str = "",
+    repeats: int = 1,
+) -> list[dict]:
+    """One ``measure_step`` per strategy (same weights, same batch, a fresh SGD each), as rows.
+
+    Columns follow ``python -m tutorial_utils bench`` (ratios to the first strategy, which should
+    be "none"; on the meta device the steps are dry runs, with FLOP ratios instead of time
+    ratios), plus ``added_mb`` (gradients + activations at the tracked peak: what the plan
+    changes) beside ``predicted_added_mb`` and the ratios to the best uniform split measured.
+    """
+    records = sweep_segments(
+        model, inputs, targets, [s.segments for s in menu], device=inputs.device, repeats=repeats
+    )
+    rows = [_strategy_row(model_name, s, r) for s, r in zip(menu, records, strict=True)]
+    base = rows[0]
+    uniform = [row for row in rows if row["kind"] in ("uniform", "sqrt(n)")]
+    best = min(uniform, key=lambda row: row["tracked_peak_mb"], default=None)
+    for row in rows:
+        row["tracked_peak_ratio"] = row["tracked_peak_mb"] / base["tracked_peak_mb"]
+        row["added_ratio"] = row["added_mb"] / base["added_mb"]
+        row["step_ratio"] = _ratio(row["step_seconds"], base["step_seconds"])
+        row["flops_ratio"] = _ratio(row["step_gflop"], base["step_gflop"])
+        row["tracked_peak_vs_best_uniform"] = (
+            None if best is None else row["tracked_peak_mb"] / best["tracked_peak_mb"]
+        )
+        row["added_vs_best_uniform"] = None if best is None else row["added_mb"] / best["added_mb"]
+        row["step_vs_best_uniform"] = (
+            None if best is None else _ratio(row["step_seconds"], best["step_seconds"])
+        )
+    return rows
+
+
+def _ratio(value: float | None, base: float | None) -> float | None:
+    return None if value is None or not base else value / base
+
+
+def _strategy_row(model_name: str, strategy: Strategy, record) -> dict:
+    added = record.breakdown["gradients"] + record.breakdown["activations"]
+    predicted = strategy.predicted
+    return {
+        "model": model_name,
+        "checkpointing": strategy.name,
+        "kind": strategy.kind,
+        "plan": str(predicted.boundaries if predicted else strategy.segments),
+        "batch": record.batch_size,
+        "tracked_peak_mb": record.peak_bytes / MB,
+        "added_mb": added / MB,
+        "predicted_added_mb": (
+            None
+            if predicted is None
+            else (predicted.predicted_peak_bytes - predicted.baseline_bytes) / MB
+        ),
+        "activation_peak_mb": record.activation_peak_bytes / MB,
+        "cuda_peak_allocated_mb": (
+            None if record.cuda_peak_allocated is None else record.cuda_peak_allocated / MB
+        ),
+        "nvml_used_mb": record.nvml_used_mb,
+        "step_seconds": record.seconds,
+        "step_gflop": None if record.flops is None else record.flops.total / 1e9,
+        "source": record.source,
+    }

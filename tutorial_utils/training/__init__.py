@@ -1,0 +1,3 @@
+"""Training loops: the articles' epoch loop (with their log line and exact resume) and
+distributed ranks (DDP/FSDP on gloo or NCCL).
+"""

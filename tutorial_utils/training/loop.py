@@ -1,0 +1,277 @@
+"""One train/test loop for both articles, with the per-epoch figures the tutorial compares.
+
+The first article has two near-identical loops (plain and ``checkpoint_sequential``); here one
+loop takes ``segments`` instead. The second article's NetA checkpoints inside its own forward, so
+it trains here with ``segments=0``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import re
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+from tqdm.auto import tqdm
+
+from tutorial_utils.checkpointing.segments import forward_segments
+from tutorial_utils.measurement.devices import resolve_device
+from tutorial_utils.measurement.nvml import nvml_used_mb
+from tutorial_utils.measurement.tracker import TensorMemoryTracker
+from tutorial_utils.units import MB
+
+
+@dataclass
+class EpochRecord:
+    """What one epoch cost and achieved; memory fields are None where not measurable."""
+
+    epoch: int
+    train_accuracy: float | None
+    train_loss: float | None
+    val_accuracy: float
+    val_loss: float
+    seconds: float  # the training pass alone, evaluation excluded
+    samples_per_second: float
+    cuda_peak_allocated_mb: float | None = None
+    nvml_used_mb: float | None = None
+    tracked_peak_mb: float | None = None
+
+    def log_line(self) -> str:
+        """The first article's per-epoch line, with our extra figures after it."""
+        memory = "n/a (no NVIDIA driver)" if self.nvml_used_mb is None else self.nvml_used_mb
+        line = (
+            f"Epoch={self.epoch} Train Accuracy={self.train_accuracy} "
+            f"Train loss={self.train_loss} Validation accuracy={self.val_accuracy} "
+            f"Validation loss={self.val_loss} Memory used={memory} MB"
+        )
+        extras = [f"epoch seconds={self.seconds:.1f}"]
+        if self.tracked_peak_mb is not None:
+            extras.append(f"tracked peak={self.tracked_peak_mb:.1f} MB")
+        if self.cuda_peak_allocated_mb is not None:
+            extras.append(f"CUDA peak allocated={self.cuda_peak_allocated_mb:.1f} MB")
+        return line + " | " + ", ".join(extras)
+
+
+@dataclass
+class History:
+    """All epochs of one run, in order."""
+
+    label: str
+    records: list[EpochRecord] = field(default_factory=list)
+
+    def as_rows(self) -> list[dict]:
+        """Plain dicts, for tables and JSON."""
+        return [asdict(record) for record in self.records]
+
+
+def model_forward(model: nn.Module, x: torch.Tensor, segments) -> torch.Tensor:
+    """Forward with ``segments`` for an ``nn.Sequential``; other models checkpoint themselves."""
+    if isinstance(model, nn.Sequential):
+        return forward_segments(model, x, segments)
+    if segments not in (0, None):
+        raise ValueError(
+            f"segments={segments!r} needs an nn.Sequential; {type(model).__name__} "
+            "checkpoints inside its own forward (e.g. NetA(use_checkpoint=True)): pass segments=0"
+        )
+    return model(x)
+
+
+def test_model(
+    model: nn.Module,
+    loader: Iterable,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    device: torch.device | str | None = None,
+) -> tuple[float, float]:
+    """Accuracy in percent and mean loss per sample, in eval mode without gradients.
+
+    The first article divides the sum of per-batch MEAN losses by the number of samples, which
+    shrinks the loss by the batch size, and truncates accuracy to an int. Here each batch's mean
+    is weighted by its size, so the figure is the true per-sample mean.
+    """
+    device = resolve_device(device)
+    collect_finished_iterators()
+    model.eval()
+    correct = 0
+    loss_sum = 0.0
+    seen = 0
+    with torch.no_grad():
+        for images, target in loader:
+            images, target = images.to(device), target.to(device)
+            output = model(images)
+            loss_sum += loss_fn(output, target).item() * len(target)
+            correct += (output.argmax(dim=1) == target).sum().item()
+            seen += len(target)
+    if seen == 0:
+        raise ValueError("the evaluation loader yielded no samples: check the dataset folder")
+    return 100.0 * correct / seen, loss_sum / seen
+
+
+test_model.__test__ = False  # the article's name; not a pytest test where it is imported
+
+
+def atomic_save(obj, path: Path) -> None:
+    """``torch.save`` to a temp file, then ``os.replace``: a crash never leaves a torn file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            torch.save(obj, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+EPOCH_FILE = re.compile(r"^epoch_(\d+)\.pt$")
+
+
+def saved_epochs(checkpoint_dir: Path) -> list[int]:
+    """Epoch numbers of the ``epoch_N.pt`` state_dicts in ``checkpoint_dir``, ascending."""
+    if not checkpoint_dir.is_dir():
+        return []
+    found = (EPOCH_FILE.match(p.name) for p in checkpoint_dir.iterdir())
+    return sorted(int(m.group(1)) for m in found if m)
+
+
+def save_epoch(
+    checkpoint_dir: Path, epoch: int, model: nn.Module, optimizer, record: EpochRecord
+) -> None:
+    """``epoch_N.pt`` holds the bare model state_dict, as the article saves it; a sidecar
+    ``training_state_N.pt`` holds what an exact resume also needs (optimizer state, the RNG
+    state that drives Dropout and shuffling, the record)."""
+    atomic_save(model.state_dict(), checkpoint_dir / f"epoch_{epoch}.pt")
+    sidecar = {
+        "optimizer": optimizer.state_dict(),
+        "rng_state": torch.get_rng_state(),
+        "record": asdict(record),
+    }
+    atomic_save(sidecar, checkpoint_dir / f"training_state_{epoch}.pt")
+
+
+def resume(checkpoint_dir: Path, model: nn.Module, optimizer, history: History) -> int:
+    """Load the last saved epoch; return the epoch to start from (0 when nothing was saved)."""
+    epochs = saved_epochs(checkpoint_dir)
+    if not epochs:
+        return 0
+    last = epochs[-1]
+    state = torch.load(checkpoint_dir / f"epoch_{last}.pt", weights_only=True, map_location="cpu")
+    model.load_state_dict(state)
+    for epoch in epochs:
+        sidecar_path = checkpoint_dir / f"training_state_{epoch}.pt"
+        if not sidecar_path.exists():
+            continue
+        sidecar = torch.load(sidecar_path, weights_only=True, map_location="cpu")
+        history.records.append(EpochRecord(**sidecar["record"]))
+        if epoch == last:
+            optimizer.load_state_dict(sidecar["optimizer"])
+            torch.set_rng_state(sidecar["rng_state"])
+    if not (checkpoint_dir / f"training_state_{last}.pt").exists():
+        warnings.warn(
+            f"resuming from {checkpoint_dir / f'epoch_{last}.pt'} without its optimizer state: "
+            "momentum starts from zero",
+            stacklevel=2,
+        )
+    return last + 1
+
+
+def collect_finished_iterators() -> None:
+    """Collect unreachable DataLoader iterators BEFORE a new pass forks its workers.
+
+    A finished multi-worker iterator caught in a reference cycle otherwise survives into the
+    forked workers, whose garbage collector then tries to shut down workers that are not its
+    children and prints "AssertionError: can only test a child process" into the notebook.
+    """
+    gc.collect()
+
+
+def train_one_epoch(model, loss_fn, optimizer, loader, segments, device, progress, desc):
+    """One pass over ``loader``: the article's loop body, ``segments`` choosing the forward."""
+    collect_finished_iterators()
+    model.train()
+    samples = 0
+    for images, target in tqdm(loader, desc=desc, disable=not progress, leave=False):
+        images, target = images.to(device), target.to(device)
+        optimizer.zero_grad()
+        output = model_forward(model, images, segments)
+        loss = loss_fn(output, target)
+        loss.backward()
+        optimizer.step()
+        samples += len(target)
+    return samples
+
+
+def train_model(
+    model: nn.Module,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    train_loader: Iterable,
+    val_loader: Iterable,
+    epochs: int = 10,
+    segments=0,
+    device: torch.device | str | None = None,
+    checkpoint_dir: str | Path | None = None,
+    progress: bool = True,
+    *,
+    evaluate_train: bool = True,
+    track_memory: bool = False,
+    label: str | None = None,
+    log: Callable[[str], None] | None = print,
+) -> History:
+    """Train for ``epochs``, one ``EpochRecord`` each, logging the first article's line.
+
+    ``evaluate_train`` re-runs the training set in eval mode for the train accuracy/loss as the
+    article does (doubling evaluation time). ``track_memory`` follows tensor allocations during
+    the training pass (any device) for ``tracked_peak_mb``. With ``checkpoint_dir``, each epoch's
+    state_dict is written atomically and a later call resumes after the last saved epoch.
+    """
+    if epochs < 1:
+        raise ValueError(f"epochs must be at least 1, got {epochs}")
+    device = resolve_device(device)
+    model.to(device)
+    history = History(label=label or f"segments={segments}")
+    checkpoint_path = Path(checkpoint_dir) if checkpoint_dir is not None else None
+    start = resume(checkpoint_path, model, optimizer, history) if checkpoint_path else 0
+    for epoch in range(start, epochs):
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        tracker = TensorMemoryTracker(model=model, optimizer=optimizer)
+        started = time.perf_counter()
+        desc = f"epoch {epoch} ({history.label})"
+        with tracker if track_memory else contextlib.nullcontext():
+            samples = train_one_epoch(
+                model, loss_fn, optimizer, train_loader, segments, device, progress, desc
+            )
+        seconds = time.perf_counter() - started
+        cuda_peak = torch.cuda.max_memory_allocated(device) / MB if device.type == "cuda" else None
+        train_acc, train_loss = (
+            test_model(model, train_loader, loss_fn, device) if evaluate_train else (None, None)
+        )
+        val_acc, val_loss = test_model(model, val_loader, loss_fn, device)
+        record = EpochRecord(
+            epoch=epoch,
+            train_accuracy=train_acc,
+            train_loss=train_loss,
+            val_accuracy=val_acc,
+            val_loss=val_loss,
+            seconds=seconds,
+            samples_per_second=samples / seconds if seconds > 0 else float("nan"),
+            cuda_peak_allocated_mb=cuda_peak,
+            nvml_used_mb=nvml_used_mb().used_mb,
+            tracked_peak_mb=tracker.peak_bytes / MB if track_memory else None,
+        )
+        history.records.append(record)
+        if log is not None:
+            log(record.log_line())
+        if checkpoint_path is not None:
+            save_epoch(checkpoint_path, epoch, model, optimizer, record)
+    return history
