@@ -46,6 +46,7 @@ def execute_notebook(path: Path, repo_url: str, cell_timeout: int | None) -> Non
         notebook,
         km=kernel,
         timeout=cell_timeout,
+        coalesce_streams=True,  # one stream per cell; progress bars keep only their final line
         resources={"metadata": {"path": str(path.parent)}},
     )
     try:

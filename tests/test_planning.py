@@ -16,6 +16,7 @@ from tutorial_utils.lessons.choosing_what_to_checkpoint import (
     pareto_front,
     strategy_table,
 )
+from tutorial_utils.measurement.dry_run import build_on_meta
 from tutorial_utils.measurement.step import measure_step, sweep_segments
 from tutorial_utils.measurement.tracker import TensorMemoryTracker
 from tutorial_utils.planning.planner import (
@@ -208,13 +209,15 @@ def test_train_model_accepts_a_plan(chain):
 def test_least_peak_plan_beats_every_uniform_split_on_flat_vgg16():
     """The tracked peak of the planned step is below the best of checkpoint_sequential 2..40.
 
-    32 px, batch 1 (to stay fast): parameters and their gradients dominate VGG16's peak at this size, so the
-    margin is small in MB, but the tracker counts bytes exactly and every step is the same:
-    same weights, same batch, same stateless SGD, gradients None at the start.
+    32 px, batch 1, as dry runs on the meta device (their tracked bytes equal a real step's,
+    tests/test_dry_run.py; 40 real VGG16 steps would take a quarter of a minute): parameters and
+    their gradients dominate VGG16's peak at this size, so the margin is small in MB, but the
+    tracker counts bytes exactly and every step is the same: same model, same batch shape, same
+    stateless SGD, gradients None at the start.
     """
-    torch.manual_seed(0)
-    model = vgg16_classifier(layout="flat").train()
-    x, y = torch.randn(1, 3, 32, 32), torch.randint(0, 2, (1,))
+    model = build_on_meta(lambda: vgg16_classifier(layout="flat")).train()
+    x = torch.empty(1, 3, 32, 32, device="meta")
+    y = torch.empty(1, dtype=torch.long, device="meta")
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     plan = plan_checkpoints(model, x)
     planned = tracked_step(model, x, y, plan, optimizer).peak_bytes

@@ -245,25 +245,15 @@ class ModuleActivations:
 
 @dataclass
 class ActivationAccount:
-    """Autograd's saved tensors of one forward pass, per top-level module of a Sequential.
-
-    ``saved_keys[i]`` are the storages module ``i`` saved, ``input_keys[i]`` the storage of its
-    input; ``nbytes`` gives each storage's size. Keys only mean something within this account.
-    """
+    """Autograd's saved tensors of one forward pass, per top-level module of a Sequential."""
 
     layers: list[ModuleActivations]
-    saved_keys: list[frozenset[int]]
-    input_keys: list[int]
-    nbytes: dict[int, int]
     input_shape: tuple[int, ...]
     device: str
 
     @property
     def total_saved_bytes(self) -> int:
         return sum(layer.saved_bytes for layer in self.layers)
-
-    def union_bytes(self, keys: set[int] | frozenset[int]) -> int:
-        return sum(self.nbytes[key] for key in keys)
 
 
 def saved_activations(
@@ -287,7 +277,6 @@ def saved_activations(
     parameter_keys = {p.untyped_storage()._cdata for p in run.parameters()}
     nbytes: dict[int, int] = {}
     saved_keys: list[set[int]] = [set() for _ in run]
-    input_keys = [0] * len(run)
     outputs: list[tuple[tuple[int, ...], int]] = [((), 0)] * len(run)
     current = [0]
     keep_alive: list[torch.Tensor] = []  # storage addresses stay unique while the pass runs
@@ -301,9 +290,6 @@ def saved_activations(
 
     def before(index: int, args: tuple) -> None:
         current[0] = index
-        storage = args[0].untyped_storage()
-        nbytes.setdefault(storage._cdata, storage.nbytes())
-        input_keys[index] = storage._cdata
         keep_alive.append(args[0])
 
     def after(index: int, output: torch.Tensor) -> None:
@@ -338,14 +324,7 @@ def saved_activations(
                 sum(nbytes[key] for key in first),
             )
         )
-    return ActivationAccount(
-        layers,
-        [frozenset(keys) for keys in saved_keys],
-        input_keys,
-        nbytes,
-        tuple(int(s) for s in input_shape),
-        str(run_device),
-    )
+    return ActivationAccount(layers, tuple(int(s) for s in input_shape), str(run_device))
 
 
 def plot_saved_activations(accounts: dict[str, ActivationAccount]) -> Figure:

@@ -11,6 +11,7 @@ import contextlib
 import gc
 import os
 import re
+import sys
 import tempfile
 import time
 import warnings
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import torch
 import torch.nn as nn
-from tqdm.auto import tqdm
+from tqdm.std import tqdm
 
 from tutorial_utils.checkpointing.segments import forward_segments
 from tutorial_utils.measurement.devices import resolve_device
@@ -46,11 +47,14 @@ class EpochRecord:
 
     def log_line(self) -> str:
         """The first article's per-epoch line, with our extra figures after it."""
-        memory = "n/a (no NVIDIA driver)" if self.nvml_used_mb is None else self.nvml_used_mb
+        # the article's fields, names and unit; the reason for a missing NVML figure after the unit
+        memory = (
+            "n/a MB (no NVIDIA driver)" if self.nvml_used_mb is None else f"{self.nvml_used_mb} MB"
+        )
         line = (
             f"Epoch={self.epoch} Train Accuracy={self.train_accuracy} "
             f"Train loss={self.train_loss} Validation accuracy={self.val_accuracy} "
-            f"Validation loss={self.val_loss} Memory used={memory} MB"
+            f"Validation loss={self.val_loss} Memory used={memory}"
         )
         extras = [f"epoch seconds={self.seconds:.1f}"]
         if self.tracked_peak_mb is not None:
@@ -194,12 +198,19 @@ def collect_finished_iterators() -> None:
     gc.collect()
 
 
+def _progress_stream():
+    """Where a progress bar goes: a text bar in a notebook's stdout, whose final line stays
+    readable in a saved notebook viewed without widgets; the terminal's stderr elsewhere."""
+    return sys.stdout if "ipykernel" in sys.modules else sys.stderr
+
+
 def train_one_epoch(model, loss_fn, optimizer, loader, segments, device, progress, desc):
     """One pass over ``loader``: the article's loop body, ``segments`` choosing the forward."""
     collect_finished_iterators()
     model.train()
     samples = 0
-    for images, target in tqdm(loader, desc=desc, disable=not progress, leave=False):
+    bar = tqdm(loader, desc=desc, disable=not progress, file=_progress_stream(), mininterval=1.0)
+    for images, target in bar:
         images, target = images.to(device), target.to(device)
         optimizer.zero_grad()
         output = model_forward(model, images, segments)
