@@ -36,7 +36,7 @@ from tutorial_utils.measurement.step import (
     sweep_segments,
 )
 from tutorial_utils.measurement.tracker import TensorMemoryTracker
-from tutorial_utils.planning.planner import plan_checkpoints
+from tutorial_utils.planning.budget import plan_checkpoints
 
 ADAM_STEP_COUNTER_BYTES = 4  # torch.tensor(0.0) per parameter tensor, always on the CPU
 

@@ -10,8 +10,9 @@ from tutorial_utils.articles.models import NetA, vgg16_classifier
 from tutorial_utils.checkpointing.selective import SelectiveCheckpoint
 from tutorial_utils.measurement.dry_run import build_on_meta, meta_copy
 from tutorial_utils.measurement.step import adam_optimizer, default_optimizer, measure_step
+from tutorial_utils.planning.budget import plan_checkpoints
 from tutorial_utils.planning.limits import backward_working_sets, peak_floor
-from tutorial_utils.planning.planner import neta_as_sequential, plan_checkpoints, profile_sequential
+from tutorial_utils.planning.planner import neta_as_sequential, profile_sequential
 
 
 def _meta_batch(shape):

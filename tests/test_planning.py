@@ -19,12 +19,12 @@ from tutorial_utils.lessons.choosing_what_to_checkpoint import (
 from tutorial_utils.measurement.dry_run import build_on_meta
 from tutorial_utils.measurement.step import measure_step, sweep_segments
 from tutorial_utils.measurement.tracker import TensorMemoryTracker
+from tutorial_utils.planning.budget import measured_plan_peak, plan_checkpoints
 from tutorial_utils.planning.planner import (
     Plan,
     evaluate_plan,
     iter_uniform_plans,
     neta_as_sequential,
-    plan_checkpoints,
     plan_from_profile,
     profile_sequential,
     uniform_boundaries,
@@ -341,3 +341,70 @@ def test_dry_run_rows_get_flop_columns_key_rows_and_a_floor_table():
     figure = plot_pareto(rows, "NetA", y="tracked_peak_mb", floor_mb=floor.floor_bytes / 2**20)
     assert "FLOPs" in figure.axes[0].get_xlabel()
     assert "dry run" in figure._suptitle.get_text()
+
+
+@pytest.mark.parametrize("name", ["flat VGG16", "NetA"])
+def test_a_planned_budget_is_kept_as_measured(name):
+    """For several budgets between the least reachable peak and no checkpointing, the plan's
+    measured peak (dry run, what the prediction covers) never exceeds the budget it was chosen for."""
+    if name == "NetA":
+        model = build_on_meta(lambda: neta_as_sequential(NetA())).train()
+        x = torch.empty(16, 3, 64, 64, device="meta")
+    else:
+        model = build_on_meta(lambda: vgg16_classifier(layout="flat")).train()
+        x = torch.empty(8, 3, 64, 64, device="meta")
+    least = plan_checkpoints(model, x)
+    plain = measured_plan_peak(
+        model, x, evaluate_plan(profile_sequential(model, x), [(0, len(model), False)])
+    )
+    low, high = least.measured_peak_bytes, plain
+    assert least.measured_peak_bytes is not None and low < high
+    for fraction in (0.05, 0.25, 0.5, 0.75):
+        budget = int(low + fraction * (high - low))
+        plan = plan_checkpoints(model, x, budget)
+        assert plan.measured_peak_bytes <= budget, (name, fraction, str(plan))
+        assert plan.measured_peak_bytes == measured_plan_peak(model, x, plan)
+    with pytest.raises(ValueError, match="budget"):
+        plan_checkpoints(model, x, low // 2)
+
+
+def test_a_plain_segment_frees_its_input_as_the_cost_model_assumes():
+    """NetA at 64 px, batch 32: cutting a plain run in two changes nothing, and checkpointing the
+    first conv and BatchNorm costs exactly the prediction (a plan runner that kept each plain
+    segment's input alive measured 16 MB over it: the miss issue 16 reported)."""
+    model = build_on_meta(lambda: neta_as_sequential(NetA())).train()
+    x = torch.empty(32, 3, 64, 64, device="meta")
+    profile = profile_sequential(model, x)
+    n = len(model)
+    whole = measured_plan_peak(model, x, evaluate_plan(profile, [(0, n, False)]))
+    split = measured_plan_peak(model, x, evaluate_plan(profile, [(0, 2, False), (2, n, False)]))
+    assert split == whole
+    front = evaluate_plan(profile, [(0, 2, True), (2, n, False)])
+    assert abs(measured_plan_peak(model, x, front) - front.predicted_peak_bytes) < 64 * 1024
+
+
+def test_a_plan_that_measures_over_its_budget_is_replaced_by_one_that_fits(monkeypatch):
+    """Where a prediction misses, plan_checkpoints tightens by the miss and plans again."""
+    from tutorial_utils.planning import budget as budget_module
+
+    model = build_on_meta(lambda: neta_as_sequential(NetA())).train()
+    x = torch.empty(32, 3, 64, 64, device="meta")
+    real = budget_module.measured_plan_peak
+    miss = 8 * 2**20  # pretend every measurement is 8 MB over the prediction
+
+    def pessimistic(model, sample_input, plan):
+        return real(model, sample_input, plan) + miss
+
+    monkeypatch.setattr(budget_module, "measured_plan_peak", pessimistic)
+    profile = profile_sequential(model, x)
+    least = plan_from_profile(profile).predicted_peak_bytes
+    plain = evaluate_plan(profile, [(0, len(model), False)]).predicted_peak_bytes
+    first = plan_from_profile(profile, int(least + 0.6 * (plain - least)))
+    budget = first.predicted_peak_bytes + miss // 2  # the first choice fits on paper only
+    assert first == plan_from_profile(profile, budget)
+    assert pessimistic(model, x, first) > budget
+    plan = budget_module.plan_checkpoints(model, x, budget)
+    assert plan.measured_peak_bytes <= budget
+    assert plan.predicted_peak_bytes < first.predicted_peak_bytes
+    with pytest.raises(ValueError, match="no plan fits the budget"):
+        budget_module.plan_checkpoints(model, x, least + miss // 2)

@@ -27,7 +27,7 @@ _PUBLIC = {
     "build_on_meta": "tutorial_utils.measurement.dry_run",
     "meta_copy": "tutorial_utils.measurement.dry_run",
     # planning
-    "plan_checkpoints": "tutorial_utils.planning.planner",
+    "plan_checkpoints": "tutorial_utils.planning.budget",
     "peak_floor": "tutorial_utils.planning.limits",
     # training
     "train_model": "tutorial_utils.training.loop",

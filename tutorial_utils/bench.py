@@ -39,8 +39,8 @@ from tutorial_utils.measurement.step import (
     measure_step,
     sweep_segments,
 )
+from tutorial_utils.planning.budget import plan_checkpoints
 from tutorial_utils.planning.limits import peak_floor
-from tutorial_utils.planning.planner import plan_checkpoints
 from tutorial_utils.planning.strategies import measure_strategies, strategy_menu
 from tutorial_utils.units import MB
 

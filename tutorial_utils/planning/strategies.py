@@ -14,6 +14,7 @@ import torch.nn as nn
 
 from tutorial_utils.checkpointing.selective import OffloadedActivations, SelectiveCheckpoint
 from tutorial_utils.measurement.step import sweep_segments
+from tutorial_utils.planning.budget import plan_within
 from tutorial_utils.planning.planner import (
     Plan,
     evaluate_plan,
@@ -45,7 +46,8 @@ def strategy_menu(
     """No checkpointing, uniform splits (default 2..n), sqrt(n), planned plans, selective, offload.
 
     Planned budgets sit at ``budget_fractions`` of the way from the least reachable peak to the
-    peak without checkpointing; the least-peak plan is always included. Their names give the
+    peak without checkpointing (each plan measured to fit its budget, ``planning.budget``; a
+    budget no plan meets is left out); the least-peak plan is always included. Their names give the
     budget as bytes added on top of parameters, buffers and batch (activations + gradients), the
     part a plan changes and ``measure_strategies`` reports as ``added_mb``. Offloading is offered
     only on CUDA, where it means something.
@@ -65,7 +67,10 @@ def strategy_menu(
         budget = int(
             least.predicted_peak_bytes + fraction * (plain_peak - least.predicted_peak_bytes)
         )
-        plan = plan_from_profile(profile, budget)
+        try:  # a plan whose measured peak keeps the budget; none, if even the least cannot
+            plan = plan_within(model, sample_input, profile, budget)
+        except ValueError:
+            continue
         label = f"planned, budget {(budget - profile.baseline_bytes) / MB:.1f} MB added"
         menu.append(Strategy(label, "planned", plan, plan))
     menu += [
