@@ -85,6 +85,8 @@ def run_cli(*args: str, env_profile: str = "ci") -> subprocess.CompletedProcess:
             ["train", "--experiment", "vgg16-dogcat", "--data", "/nonexistent/dogcat"],
             "/nonexistent/dogcat",
         ),
+        (["train", "--experiment", "vgg16-dogcat", "--image-size", "8"], "at least 32"),
+        (["bench", "--image-size", "16"], "at least 32"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line_and_no_traceback(args, message):
@@ -93,3 +95,23 @@ def test_bad_arguments_exit_2_with_one_line_and_no_traceback(args, message):
     assert "Traceback" not in result.stderr
     assert message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+PARSE_ONLY = """
+import sys
+from tutorial_utils.__main__ import main
+try:
+    main(["train", "--experiment", "resnet"])
+except SystemExit:
+    pass
+print("torch" in sys.modules)
+"""
+
+
+def test_a_bad_argument_is_answered_before_torch_is_imported():
+    """Parse first: a typo costs no torch import (5-9 s on a slow machine)."""
+    result = subprocess.run(
+        [sys.executable, "-c", PARSE_ONLY], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert result.stdout.strip() == "False", result.stdout + result.stderr
+    assert "invalid choice" in result.stderr

@@ -7,7 +7,9 @@ import json
 import sys
 
 from tutorial_utils.articles.profiles import PROFILES, get_profile
-from tutorial_utils.measurement.devices import describe_device
+
+# VGG16 halves its input five times (max-pooling): below 32 px a feature map vanishes.
+MIN_VGG16_IMAGE_SIZE = 32
 
 
 class CleanArgumentParser(argparse.ArgumentParser):
@@ -76,8 +78,20 @@ def positive_int(text: str) -> int:
     return value
 
 
+def check_sizes(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Sizes a model cannot take end in one line before anything heavy is imported."""
+    runs_vgg16 = args.command == "bench" or args.experiment == "vgg16-dogcat"
+    if runs_vgg16 and args.image_size is not None and args.image_size < MIN_VGG16_IMAGE_SIZE:
+        parser.error(
+            f"--image-size must be at least {MIN_VGG16_IMAGE_SIZE} for VGG16 (it halves the image "
+            f"five times), got {args.image_size}"
+        )
+
+
 def run_train(args: argparse.Namespace) -> int:
+    # torch comes in with these, after the arguments are known to be good
     from tutorial_utils.articles.experiments import BUILDERS
+    from tutorial_utils.measurement.devices import describe_device
     from tutorial_utils.training.loop import train_model
 
     profile = get_profile()
@@ -113,7 +127,9 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_sizes(parser, args)
     try:
         if args.command == "train":
             return run_train(args)

@@ -9,8 +9,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-import torch
-
 PROFILE_ENV = "TUTORIAL_PROFILE"
 
 
@@ -96,6 +94,8 @@ PROFILES: dict[str, Profile] = {
 
 def default_profile_name() -> str:
     """``article`` where CUDA is available, ``cpu`` elsewhere."""
+    import torch  # here, not at the top: the command line parses its arguments before torch loads
+
     return "article" if torch.cuda.is_available() else "cpu"
 
 
