@@ -89,6 +89,9 @@ def test_strategy_cost_measures_memory_and_time_of_each_strategy() -> None:
     assert plain.seconds_per_sample > 0
     table = lesson.format_costs([plain, halves], budget_bytes=plain.peak_bytes)
     assert table.splitlines()[1].endswith("yes")
+    assert (
+        "activation peak MB" in table.splitlines()[0] and "ms per sample" in table.splitlines()[0]
+    )
     with pytest.raises(ValueError, match="repeats"):
         lesson.strategy_cost(lesson.PLAIN, inputs, targets, repeats=0)
 

@@ -30,6 +30,7 @@ from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.checkpoint import checkpoint
 
+from tutorial_utils.display.plotting import CATEGORY_COLORS, CATEGORY_NAMES
 from tutorial_utils.measurement.tracker import CATEGORIES, TensorMemoryTracker
 from tutorial_utils.training.distributed import RankContext, launch
 
@@ -534,14 +535,6 @@ def savings(records: list[MemoryRecord]) -> Savings:
     )
 
 
-CATEGORY_COLORS = {
-    "parameters": "tab:blue",
-    "gradients": "tab:orange",
-    "optimizer_state": "tab:green",
-    "activations": "tab:red",
-}
-
-
 def plot_memory_by_setup(records: list[MemoryRecord], title: str = "") -> Figure:
     """Stacked bars of the tracked peak by category, one bar per setup and rank.
 
@@ -560,7 +553,7 @@ def plot_memory_by_setup(records: list[MemoryRecord], title: str = "") -> Figure
             positions,
             heights,
             bottom=bottoms,
-            label=category.replace("_", " "),
+            label=CATEGORY_NAMES[category],
             color=CATEGORY_COLORS[category],
         )
         bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
@@ -575,10 +568,15 @@ def plot_memory_by_setup(records: list[MemoryRecord], title: str = "") -> Figure
             hatch="//",
             label="DDP buckets (outside the step)",
         )
+    tops = [b + k for b, k in zip(bottoms, buckets, strict=True)]
+    for position, (total, top) in enumerate(zip(bottoms, tops, strict=True)):
+        axes.annotate(f"{total:.1f}", (position, top), ha="center", va="bottom", fontsize=7)
+    axes.set_ylim(0, 1.12 * max(tops))  # every bar and its label inside the axes
+    axes.set_xlim(-0.6, len(records) - 0.4)
     axes.set_xticks(list(positions), labels, fontsize=7)
     axes.set_ylabel("tracked MiB at the step's peak (per rank)")
     axes.set_title(title or "Memory per rank by category", fontsize=9)
-    axes.legend(fontsize=7)
+    axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))  # outside the bars
     figure.tight_layout()
     return figure
 

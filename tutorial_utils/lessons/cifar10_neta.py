@@ -247,17 +247,32 @@ def strategy_cost(
 def format_costs(costs: Sequence[StrategyCost], budget_bytes: int) -> str:
     """A table of ``strategy_cost`` results, ratios to the first row, and whether each fits."""
     first = costs[0]
-    lines = [
-        f"{'strategy':<36} {'B':>4} {'pass':>4} {'peak MB':>8} {'act. peak':>9} "
-        f"{'ms/sample':>9} {'peak x':>6} {'time x':>6}  fits {budget_bytes / MB:.0f} MB"
-    ]
+    columns = (
+        "batch",
+        "per pass",
+        "step peak MB",
+        "activation peak MB",
+        "ms per sample",
+        "peak vs plain",
+        "time vs plain",
+        f"fits {budget_bytes / MB:.0f} MB",
+    )
+    lines = [f"{'strategy':<36} " + " ".join(f"{name:>{len(name)}}" for name in columns)]
+    widths = [len(name) for name in columns]
     for c in costs:
+        cells = (
+            f"{c.batch_size}",
+            f"{c.micro_batch}",
+            f"{c.peak_mb:.1f}",
+            f"{c.activation_bytes / MB:.1f}",
+            f"{1000 * c.seconds_per_sample:.2f}",
+            f"{c.peak_bytes / first.peak_bytes:.2f}",
+            f"{c.seconds_per_sample / first.seconds_per_sample:.2f}",
+            "yes" if c.peak_bytes <= budget_bytes else "no",
+        )
         lines.append(
-            f"{c.label:<36} {c.batch_size:>4} {c.micro_batch:>4} {c.peak_mb:>8.1f} "
-            f"{c.activation_bytes / MB:>9.1f} {1000 * c.seconds_per_sample:>9.2f} "
-            f"{c.peak_bytes / first.peak_bytes:>6.2f} "
-            f"{c.seconds_per_sample / first.seconds_per_sample:>6.2f}  "
-            f"{'yes' if c.peak_bytes <= budget_bytes else 'no'}"
+            f"{c.label:<36} "
+            + " ".join(f"{cell:>{w}}" for cell, w in zip(cells, widths, strict=True))
         )
     return "\n".join(lines)
 
