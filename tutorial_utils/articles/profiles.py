@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from tutorial_utils.units import MB
+
 PROFILE_ENV = "TUTORIAL_PROFILE"
 
 
@@ -47,7 +49,7 @@ PROFILES: dict[str, Profile] = {
         cifar_train_samples=64,
         cifar_test_samples=32,
         cifar_batch_size=16,
-        memory_budget_bytes=40 * 2**20,
+        memory_budget_bytes=40 * MB,
         sweep_batch_size=4,
         num_workers=0,
         use_real_data=False,
@@ -65,7 +67,7 @@ PROFILES: dict[str, Profile] = {
         cifar_train_samples=2000,
         cifar_test_samples=500,
         cifar_batch_size=32,
-        memory_budget_bytes=256 * 2**20,
+        memory_budget_bytes=256 * MB,
         sweep_batch_size=8,
         num_workers=2,
         use_real_data=True,

@@ -33,6 +33,7 @@ from torch.utils.checkpoint import checkpoint
 from tutorial_utils.display.plotting import CATEGORY_COLORS, CATEGORY_NAMES
 from tutorial_utils.measurement.tracker import CATEGORIES, TensorMemoryTracker
 from tutorial_utils.training.distributed import RankContext, launch
+from tutorial_utils.units import MB
 
 NUM_CLASSES = 10
 HIDDEN_FACTOR = 4
@@ -326,7 +327,6 @@ def format_ddp_cases(summaries: list[DDPCaseSummary]) -> str:
     return "\n".join(lines)
 
 
-MIB = 2**20
 SINGLE_PROCESS = "single process"
 DISTRIBUTED_SETUPS = ("DDP", "DDP + checkpointing", "FSDP", "FSDP + checkpointing")
 SETUPS = (SINGLE_PROCESS, *DISTRIBUTED_SETUPS)
@@ -348,7 +348,7 @@ class MemoryRecord:
     ddp_bucket_bytes: int = 0  # DDP's gradient buckets, allocated at wrapping, outside the step
 
     def mib(self, category: str) -> float:
-        return self.breakdown[category] / MIB
+        return self.breakdown[category] / MB
 
 
 def checkpoint_every_block(model: nn.Module) -> None:
@@ -479,8 +479,8 @@ TABLE_COLUMNS = (  # heading, width, how to read it from a record
     ("grads", 8, lambda r: f"{r.mib('gradients'):.2f}"),
     ("optim", 8, lambda r: f"{r.mib('optimizer_state'):.2f}"),
     ("activ.", 8, lambda r: f"{r.mib('activations'):.2f}"),
-    ("peak", 8, lambda r: f"{r.peak_bytes / MIB:.2f}"),
-    ("buckets", 8, lambda r: f"{r.ddp_bucket_bytes / MIB:.2f}"),
+    ("peak", 8, lambda r: f"{r.peak_bytes / MB:.2f}"),
+    ("buckets", 8, lambda r: f"{r.ddp_bucket_bytes / MB:.2f}"),
     ("loss", 8, lambda r: f"{r.loss:.4f}"),
     ("grad norm", 10, lambda r: f"{r.gradient_norm:.6f}"),
 )
@@ -528,10 +528,10 @@ def savings(records: list[MemoryRecord]) -> Savings:
         return rank0[setup].breakdown["activations"]
 
     return Savings(
-        (state(rank0["DDP"]) - state(rank0["FSDP"])) / MIB,
-        (activations("DDP") - activations("DDP + checkpointing")) / MIB,
-        (activations("FSDP") - activations("FSDP + checkpointing")) / MIB,
-        (rank0["DDP"].peak_bytes - rank0["FSDP + checkpointing"].peak_bytes) / MIB,
+        (state(rank0["DDP"]) - state(rank0["FSDP"])) / MB,
+        (activations("DDP") - activations("DDP + checkpointing")) / MB,
+        (activations("FSDP") - activations("FSDP + checkpointing")) / MB,
+        (rank0["DDP"].peak_bytes - rank0["FSDP + checkpointing"].peak_bytes) / MB,
     )
 
 
@@ -557,7 +557,7 @@ def plot_memory_by_setup(records: list[MemoryRecord], title: str = "") -> Figure
             color=CATEGORY_COLORS[category],
         )
         bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
-    buckets = [r.ddp_bucket_bytes / MIB for r in records]
+    buckets = [r.ddp_bucket_bytes / MB for r in records]
     if any(buckets):
         axes.bar(
             positions,
@@ -587,7 +587,7 @@ def describe_plan(config: BlockNetConfig, world_size: int) -> str:
     per_block = 2 * HIDDEN_FACTOR * config.width**2 + (HIDDEN_FACTOR + 1) * config.width
     n_params = per_block * config.depth + config.width**2 + config.width
     n_params += (config.width + 1) * NUM_CLASSES
-    state_mib = 4 * n_params * 4 / MIB  # fp32 weights, gradients and two Adam moments
+    state_mib = 4 * n_params * 4 / MB  # fp32 weights, gradients and two Adam moments
     return (
         f"{config.depth} blocks of width {config.width}: {n_params:,} parameters; "
         f"weights + gradients + Adam state = {state_mib:.1f} MiB per DDP rank, "

@@ -19,6 +19,8 @@ from typing import NamedTuple
 
 import torch
 
+from tutorial_utils.units import MB
+
 
 class NvmlReading(NamedTuple):
     """NVML's used memory of one device in MiB, or None and why."""
@@ -38,7 +40,7 @@ class CudaMemoryFigures(NamedTuple):
 
     @property
     def peak_allocated_mb(self) -> float | None:
-        return None if self.peak_allocated is None else self.peak_allocated / 2**20
+        return None if self.peak_allocated is None else self.peak_allocated / MB
 
 
 @functools.lru_cache(maxsize=1)
@@ -79,7 +81,7 @@ def nvml_used_mb(device_index: int = 0) -> NvmlReading:
         info = nvml.nvmlDeviceGetMemoryInfo(_nvml_handle(nvml, device_index))
     except nvml.NVMLError as error:
         return NvmlReading(None, f"NVML could not read device {device_index} ({error})")
-    return NvmlReading(info.used / 2**20, None)
+    return NvmlReading(info.used / MB, None)
 
 
 def cuda_unavailable_reason() -> str | None:

@@ -32,6 +32,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from tutorial_utils.measurement.phases import current_phase
+from tutorial_utils.units import MB
 
 try:
     from torch.distributed.tensor import DTensor
@@ -103,8 +104,8 @@ class MemoryLimitExceeded(RuntimeError):
 
     def __init__(self, live_bytes: int, limit_bytes: int):
         super().__init__(
-            f"live tensors reached {live_bytes / 2**20:.1f} MB, over the limit of "
-            f"{limit_bytes / 2**20:.1f} MB"
+            f"live tensors reached {live_bytes / MB:.1f} MB, over the limit of "
+            f"{limit_bytes / MB:.1f} MB"
         )
         self.live_bytes = live_bytes
         self.limit_bytes = limit_bytes
@@ -423,4 +424,4 @@ class TensorMemoryTracker(TorchDispatchMode):
 
     @property
     def peak_mb(self) -> float:
-        return self.peak_bytes / 2**20
+        return self.peak_bytes / MB
