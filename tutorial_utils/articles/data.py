@@ -148,7 +148,10 @@ def _build_once(target: Path, manifest: dict, write: Callable[[Path], None]) -> 
         staging.chmod(0o755)
         write(staging)
         (staging / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, sort_keys=True))
-        if _read_manifest(target) is not None:
+        current = _read_manifest(target)
+        if current == manifest:  # another process finished the same set meanwhile: share it
+            return target
+        if current is not None:  # a stale set of other sizes
             shutil.rmtree(target)
         try:
             staging.rename(target)
