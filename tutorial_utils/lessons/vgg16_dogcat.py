@@ -25,7 +25,7 @@ from tutorial_utils.checkpointing.segments import (
     validate_segments,
 )
 from tutorial_utils.display.plotting import figure_subtitle, plot_breakdown, plot_segment_sweep
-from tutorial_utils.measurement.dry_run import meta_copy
+from tutorial_utils.measurement.dry_run import on_meta
 from tutorial_utils.measurement.step import StepReport, SweepRecord, measure_step, sweep_segments
 from tutorial_utils.training.loop import History
 from tutorial_utils.units import MB
@@ -272,7 +272,7 @@ def saved_activations(
         raise ValueError(f"input_shape must be (batch, channels, height, width), got {input_shape}")
     if device not in ("meta", None):
         raise ValueError(f"device must be 'meta' or None (the model's own), got {device!r}")
-    run = meta_copy(model) if device == "meta" else model
+    run = on_meta(model) if device == "meta" else model
     run_device = next(run.parameters()).device
     parameter_keys = {p.untyped_storage()._cdata for p in run.parameters()}
     nbytes: dict[int, int] = {}
@@ -372,7 +372,7 @@ def step_timelines(
     ``inputs`` on the meta device make these dry runs (the model is copied there); elsewhere they
     are real steps of ``model`` itself, on the inputs' device.
     """
-    run = meta_copy(model) if inputs.device.type == "meta" else model
+    run = on_meta(model) if inputs.device.type == "meta" else model
     return {
         f"segments={segments}": measure_step(
             run, inputs, targets, segments, time_step=False, record_timeline=True
@@ -402,7 +402,7 @@ def dry_run_sweep(
 ) -> list[SweepRecord]:
     """``sweep_segments`` at the article's 224 px on a meta copy of ``model``: exact bytes, FLOPs."""
     inputs, targets = article_batch(batch_size)
-    return sweep_segments(meta_copy(model), inputs, targets, segment_counts, device="meta")
+    return sweep_segments(on_meta(model), inputs, targets, segment_counts, device="meta")
 
 
 def best_uniform_split(records: Sequence[SweepRecord]) -> SweepRecord:

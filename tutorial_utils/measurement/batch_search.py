@@ -15,6 +15,7 @@ import torch
 import torch.nn as nn
 
 from tutorial_utils.measurement.devices import default_device
+from tutorial_utils.measurement.dry_run import build_on_meta
 from tutorial_utils.measurement.nvml import cuda_unavailable_reason
 from tutorial_utils.measurement.step import OptimizerFactory, adam_optimizer, measure_step
 from tutorial_utils.measurement.tracker import MemoryLimitExceeded
@@ -122,10 +123,9 @@ def find_max_batch_size(
     def run_trial(batch_size: int) -> int | None:
         """The trial's peak: tracked, or CUDA peak allocated in mode "cuda"."""
         if device.type == "meta":  # a dry run: built there directly, no data drawn
-            with torch.device("meta"):
-                model = make_model()
-                inputs = torch.empty(batch_size, *sample_shape)
-                targets = torch.empty(batch_size, dtype=torch.long)
+            model = build_on_meta(make_model)
+            inputs = torch.empty(batch_size, *sample_shape, device="meta")
+            targets = torch.empty(batch_size, dtype=torch.long, device="meta")
         else:
             model = make_model().to(device)
             inputs = torch.randn(batch_size, *sample_shape, generator=generator)

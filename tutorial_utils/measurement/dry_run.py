@@ -38,6 +38,12 @@ def meta_copy(module: nn.Module) -> nn.Module:
     return copy.deepcopy(module, twins)
 
 
+def on_meta(model: nn.Module) -> nn.Module:
+    """``model`` itself when every parameter and buffer is on the meta device, else a meta copy."""
+    tensors = [*model.parameters(), *model.buffers()]
+    return model if all(t.device.type == "meta" for t in tensors) else meta_copy(model)
+
+
 def build_on_meta(make_model: Callable[[], nn.Module]) -> nn.Module:
     """``make_model()`` with every tensor created on the meta device (nothing is initialised)."""
     with torch.device("meta"):
@@ -63,8 +69,7 @@ def dry_run_step(
     """
     if len(input_shape) < 2 or any(int(side) <= 0 for side in input_shape):
         raise ValueError(f"input_shape must be (batch, ...) with positive sides, got {input_shape}")
-    on_meta = all(t.device.type == "meta" for t in [*model.parameters(), *model.buffers()])
-    run = model if on_meta else meta_copy(model)
+    run = on_meta(model)
     batch = int(input_shape[0])
     inputs = torch.empty(tuple(int(side) for side in input_shape), device="meta")
     targets = torch.empty(batch, dtype=torch.long, device="meta")

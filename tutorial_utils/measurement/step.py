@@ -13,6 +13,7 @@ to a real step's) and whose time does not exist: ``seconds`` is None and FLOPs s
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -257,12 +258,8 @@ def measure_step(
     )
     counter = StepFlopCounter() if count_flops else None
     try:
-        with tracker:
-            if counter is None:
-                _forward_backward_step(model, inputs, targets, segments, optimizer, loss_fn)
-            else:
-                with counter:
-                    _forward_backward_step(model, inputs, targets, segments, optimizer, loss_fn)
+        with tracker, counter if counter is not None else contextlib.nullcontext():
+            _forward_backward_step(model, inputs, targets, segments, optimizer, loss_fn)
     except MemoryLimitExceeded:
         optimizer.zero_grad(set_to_none=True)
         raise

@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 
 from tutorial_utils.checkpointing.segments import forward_segments
-from tutorial_utils.measurement.dry_run import meta_copy
+from tutorial_utils.measurement.dry_run import on_meta
 from tutorial_utils.measurement.tracker import TensorMemoryTracker
 from tutorial_utils.planning.planner import (
     ModelProfile,
@@ -36,7 +36,7 @@ def measured_plan_peak(model: nn.Sequential, sample_input: torch.Tensor, plan: P
     the output otherwise: either way backward starts from a gradient the size of the output, as
     the cost model assumes. ``model`` and its weights are left untouched.
     """
-    run = model if sample_input.device.type == "meta" else meta_copy(model)
+    run = on_meta(model)
     run.train()
     x = torch.empty(sample_input.shape, dtype=sample_input.dtype, device="meta")
     with TensorMemoryTracker(run, inputs=(x,), device="meta") as tracker:
