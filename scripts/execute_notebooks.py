@@ -1,7 +1,8 @@
 """Re-execute notebooks in place so their committed outputs come from one complete, known run.
 
 Each notebook is stamped (Colab URLs), then run top to bottom by this environment's Python kernel
-with ``TUTORIAL_PROFILE`` set; its first cell prints the profile and hardware. A notebook that
+with ``TUTORIAL_PROFILE`` set; its first cell prints the profile and hardware. Every figure is
+checked for readability on the way (``TUTORIAL_CHECK_FIGURES``, see display/figure_check.py). A notebook that
 raises is left untouched on disk, so a committed notebook never carries an error.
 
 Usage: python scripts/execute_notebooks.py [--profile ci|cpu|article] [notebooks...]
@@ -24,6 +25,7 @@ from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernel
 from stamp_colab import notebook_paths, repository_url, stamp_notebook
 
 from tutorial_utils.articles.profiles import PROFILE_ENV, PROFILES, default_profile_name
+from tutorial_utils.lessons.setup import CHECK_FIGURES_ENV
 
 
 class CurrentEnvKernelSpecs(KernelSpecManager):
@@ -72,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ[PROFILE_ENV] = args.profile
     os.environ.pop("MPLBACKEND", None)  # the kernel's inline backend stores figures as outputs
+    os.environ.setdefault(CHECK_FIGURES_ENV, "1")  # a committed figure is a readable one
     repo_url = repository_url()
     failed = []
     for path in notebook_paths(args.notebooks):

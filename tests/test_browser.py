@@ -92,6 +92,12 @@ ERROR_OUTPUTS_JS = """() => [
     .filter(t => t.includes('Error displaying widget')),
 ]"""
 
+# Widget outputs shown as their text repr ("VBox(children=(...") instead of as widgets: what an
+# untrusted notebook, or one whose saved widget state is missing, shows on first open.
+WIDGET_REPR_JS = """() => [...document.querySelectorAll('.jp-OutputArea-output')]
+  .map(e => e.innerText.trim())
+  .filter(t => /^(VBox|HBox|IntSlider|FloatSlider|Dropdown|Output|Button)\\(/.test(t))"""
+
 # Indices of the cells whose output holds a slider with a visible, editable readout: the panels.
 PANEL_CELLS_JS = """() => [...document.querySelectorAll('.jp-Notebook .jp-Cell')]
   .map((cell, index) => [...cell.querySelectorAll('.widget-slider .widget-readout')]
@@ -188,6 +194,13 @@ def start_lab(workdir: Path) -> LabServer:
         "JUPYTER_RUNTIME_DIR": str(workdir / "runtime"),
         "IPYTHONDIR": str(workdir / "ipython"),
     }
+    # as ./scripts/lab does: trusted notebooks render their saved widget panels on first open
+    subprocess.run(
+        [sys.executable, "-m", "jupyter", "trust", *map(str, sorted(root_dir.glob("*.ipynb")))],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     env.pop("MPLBACKEND", None)  # the kernel's inline backend shows figures, as for a reader
     port, token = free_port(), secrets.token_hex(16)
     log = workdir / "jupyterlab.log"
@@ -373,6 +386,10 @@ def test_notebook_runs_and_its_widgets_respond(chromium_browser, lab, notebook: 
         page.goto(url)
         page.wait_for_selector(".jp-NotebookPanel .jp-Cell")
         page.wait_for_function(KERNEL_IDLE_JS)
+        if committed_widget_models(notebook):  # first open, before anything runs
+            page.locator(".widget-slider").first.wait_for(state="visible", timeout=20_000)
+            shown_as_text = page.evaluate(WIDGET_REPR_JS)
+            assert not shown_as_text, f"saved panels shown as text on open: {shown_as_text[:2]}"
         click_menu(page, "Edit", "Clear Outputs of All Cells")
         page.wait_for_function(OUTPUTS_CLEARED_JS)
         click_menu(page, "Run", "Run All Cells")

@@ -79,16 +79,21 @@ def test_checkpointing_keeps_the_gradient_accumulation_changes_it() -> None:
 def test_strategy_cost_measures_memory_and_time_of_each_strategy() -> None:
     inputs, targets = batch(8)
     plain, checkpointed, halves = (
-        lesson.strategy_cost(strategy, inputs, targets, repeats=1)
+        lesson.strategy_cost(strategy, inputs, targets, repeats=2)
         for strategy in (lesson.PLAIN, lesson.CHECKPOINT, lesson.ACCUMULATION)
     )
+    assert plain.timing.repeats == 2
+    # recomputation is more work, accumulation the same work in two passes
+    assert checkpointed.gflop > 1.05 * plain.gflop
+    assert halves.gflop == pytest.approx(plain.gflop, rel=1e-6)
     assert (plain.batch_size, plain.micro_batch) == (8, 8)
     assert (halves.batch_size, halves.micro_batch) == (8, 4)
     assert checkpointed.activation_bytes < plain.activation_bytes
     assert plain.peak_bytes > 4 * 4 * sum(p.numel() for p in NetA().parameters())
     assert plain.seconds_per_sample > 0
-    table = lesson.format_costs([plain, halves], budget_bytes=plain.peak_bytes)
-    assert table.splitlines()[1].endswith("yes")
+    table = lesson.format_costs([plain, checkpointed, halves], budget_bytes=plain.peak_bytes)
+    assert "yes  x1.00, within noise" in table.splitlines()[1]
+    assert f"FLOPs predict x{checkpointed.gflop / plain.gflop:.2f}" in table.splitlines()[2]
     assert (
         "activation peak MB" in table.splitlines()[0] and "ms per sample" in table.splitlines()[0]
     )
@@ -106,9 +111,24 @@ def test_train_strategies_tracks_statistics_per_step() -> None:
     assert bn.stats_match(fixed.stats[-1], plain.stats[-1])
     assert bn.counter_ratio(article.stats[-1], plain.stats[-1]) == 2.0
     assert bn.counter_ratio(runs[lesson.ACCUMULATION.label].stats[-1], plain.stats[-1]) == 2.0
-    assert lesson.PLAIN.label in lesson.format_trainings(runs, lesson.PLAIN.label)
+    assert plain.recent_train_loss == pytest.approx(sum(plain.losses) / len(plain.losses))
+    assert fixed.recent_eval_loss == pytest.approx(plain.recent_eval_loss, rel=1e-5)
+    table = lesson.format_trainings(runs, lesson.PLAIN.label)
+    assert f"{plain.recent_eval_loss:.4f}" in table.splitlines()[1]
     figure = lesson.plot_bn_trajectories(runs, lesson.PLAIN.label)
     assert len(figure.axes) == 2 and len(figure.axes[1].lines) == len(runs) - 1
+
+
+def test_batch_statistics_change_the_training_mode_loss_of_the_same_weights() -> None:
+    model = NetA().train()
+    inputs, targets = batch(8)
+    before = [b.clone() for b in model.buffers()]
+    whole = lesson.batch_statistics_loss(model, inputs, targets)
+    assert whole == pytest.approx(lesson.batch_statistics_loss(model, inputs, targets))
+    assert lesson.batch_statistics_loss(model, inputs, targets, 2) != pytest.approx(whole, rel=1e-4)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.buffers(), strict=True))
+    with pytest.raises(ValueError, match="micro_batches"):
+        lesson.batch_statistics_loss(model, inputs, targets, 9)
 
 
 def test_batchnorm_runs_fixes_match_plain() -> None:

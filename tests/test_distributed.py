@@ -5,6 +5,7 @@ import multiprocessing
 import pytest
 
 from tutorial_utils.articles.models import count_parameters
+from tutorial_utils.display.figure_check import figure_problems
 from tutorial_utils.lessons.checkpointing_at_scale import (
     DISTRIBUTED_SETUPS,
     REENTRANT_DDP_ERROR,
@@ -151,6 +152,7 @@ def test_table_and_figure_show_every_record(memory_records):
     assert len(table.splitlines()) == 2 + len(memory_records)
     figure = plot_memory_by_setup(memory_records, "test")
     assert len(figure.axes[0].get_xticklabels()) == len(memory_records)
+    assert figure_problems(figure) == []
 
 
 def test_describe_plan_counts_the_parameters_the_model_has():

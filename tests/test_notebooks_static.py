@@ -8,6 +8,7 @@ nor whether an error was committed.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -123,3 +124,21 @@ def test_nbval_markers_are_cell_tags_not_comment_lines(notebook_path: Path) -> N
     assert not commented, f"code cells {commented} open with an nbval comment: use a cell tag"
     tags = {tag for cell in code for tag in cell.get("metadata", {}).get("tags", [])}
     assert "nbval-check-output" in tags, "no cell's output is checked by nbval"
+
+
+ALIGNED_FIELD = re.compile(r"\{[^{}]*:[<>^]\d+")  # an f-string field padded to a column width
+MAX_ALIGNED_FIELDS = 3  # a cell with more is printing a table: its formatter belongs in the package
+
+
+@by_name
+def test_cells_show_the_experiment_not_table_formatting(notebook_path: Path) -> None:
+    notebook = nbformat.read(notebook_path, as_version=4)
+    crowded = {
+        index: len(ALIGNED_FIELD.findall(cell.source))
+        for index, cell in enumerate(notebook.cells)
+        if cell.cell_type == "code" and len(ALIGNED_FIELD.findall(cell.source)) > MAX_ALIGNED_FIELDS
+    }
+    assert not crowded, (
+        f"cells {sorted(crowded)} format tables in the notebook ({crowded} aligned fields): "
+        "move the formatting into the lesson module (tutorial_utils/display/tables.py helps)"
+    )

@@ -408,3 +408,22 @@ def test_a_plan_that_measures_over_its_budget_is_replaced_by_one_that_fits(monke
     assert plan.predicted_peak_bytes < first.predicted_peak_bytes
     with pytest.raises(ValueError, match="no plan fits the budget"):
         budget_module.plan_checkpoints(model, x, least + miss // 2)
+
+
+def test_measured_times_are_read_against_their_noise_and_the_flop_prediction(chain):
+    from tutorial_utils.lessons.choosing_what_to_checkpoint import time_against_flops_table
+    from tutorial_utils.measurement.dry_run import meta_copy
+
+    model, x, y = chain
+    menu = strategy_menu(model, x, uniform_counts=[3], selective_regions=())
+    measured = measure_strategies(model, x, y, menu, repeats=2)
+    dry = measure_strategies(meta_copy(model), x.to("meta"), y.to("meta"), menu)
+    assert all(row["step_timing"].repeats == 2 for row in measured)
+    lines = time_against_flops_table(measured, dry).splitlines()
+    assert len(lines) == len(menu) + 1 and "over 2 runs" in lines[1]
+    assert "x1.00, within noise" in lines[1]  # "none" against itself
+    assert f"FLOPs predict x{dry[1]['flops_ratio']:.2f}" in lines[2]
+    with pytest.raises(ValueError, match="same strategy menu"):
+        time_against_flops_table(measured, dry[:1])
+    with pytest.raises(ValueError, match="no timings"):
+        time_against_flops_table(dry, dry)

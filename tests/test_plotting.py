@@ -9,6 +9,7 @@ import torch.nn as nn
 from matplotlib.figure import Figure
 
 from tutorial_utils.checkpointing.segments import forward_segments
+from tutorial_utils.display.figure_check import figure_problems
 from tutorial_utils.display.plotting import (
     plot_batch_search,
     plot_breakdown,
@@ -43,6 +44,7 @@ def assert_labelled(figure: Figure) -> None:
         assert ax.get_xlabel() or ax.get_shared_x_axes().get_siblings(ax) != [ax]
         assert "(" in ax.get_ylabel()  # a unit, e.g. (MB), (s), (%)
     figure.canvas.draw()  # really renders
+    assert figure_problems(figure) == []  # and nothing overlaps or is cut off
 
 
 def test_memory_over_time():

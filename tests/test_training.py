@@ -55,33 +55,45 @@ def test_one_loop_logs_the_article_line_and_records_every_epoch(tmp_path):
     lines: list[str] = []
     history = run(tiny_model(), 2, tmp_path / "ckpt", segments=2, lines=lines, track_memory=True)
     assert [r.epoch for r in history.records] == [0, 1]
-    assert [int(ARTICLE_LINE.match(line).group(1)) for line in lines] == [0, 1]
+    epoch_lines = [line for line in lines if ARTICLE_LINE.match(line)]
+    assert [int(ARTICLE_LINE.match(line).group(1)) for line in epoch_lines] == [0, 1]
+    assert lines[1].startswith(f"wrote {tmp_path / 'ckpt'}/epoch_0.pt, training_state_0.pt (")
     first = history.records[0]
     assert first.seconds > 0 and first.samples_per_second > 0
     assert 0 <= first.val_accuracy <= 100
     parameter_bytes = sum(p.numel() * 4 for p in tiny_model().parameters())
     assert first.tracked_peak_mb * 2**20 > parameter_bytes
     assert first.nvml_used_mb is None and first.cuda_peak_allocated_mb is None  # CPU
+    # by default only the latest epoch stays on disk: all a resume needs
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [
-        "epoch_0.pt",
         "epoch_1.pt",
-        "training_state_0.pt",
         "training_state_1.pt",
     ]
     state = torch.load(tmp_path / "ckpt" / "epoch_1.pt", weights_only=True)
     assert set(state) == set(tiny_model().state_dict())  # the article's bare state_dict
 
 
-def test_resuming_continues_exactly_where_an_uninterrupted_run_would_be(tmp_path):
+def test_keep_every_epoch_writes_the_articles_file_per_epoch(tmp_path):
+    run(tiny_model(), 2, tmp_path, keep_every_epoch=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "epoch_0.pt",
+        "epoch_1.pt",
+        "training_state_0.pt",
+        "training_state_1.pt",
+    ]
+
+
+@pytest.mark.parametrize("keep_every_epoch", [False, True])
+def test_resuming_continues_exactly_where_an_uninterrupted_run_would_be(tmp_path, keep_every_epoch):
     uninterrupted = tiny_model()
     run(uninterrupted, 3)
     interrupted = tiny_model()
-    run(interrupted, 2, tmp_path)
+    run(interrupted, 2, tmp_path, keep_every_epoch=keep_every_epoch)
     resumed = tiny_model()  # fresh weights: everything must come from the files
     lines: list[str] = []
-    history = run(resumed, 3, tmp_path, lines=lines)
+    history = run(resumed, 3, tmp_path, lines=lines, keep_every_epoch=keep_every_epoch)
     assert [r.epoch for r in history.records] == [0, 1, 2]
-    assert len(lines) == 1 and lines[0].startswith("Epoch=2 ")
+    assert len(lines) == 2 and lines[0].startswith("Epoch=2 ") and lines[1].startswith("wrote ")
     for a, b in zip(resumed.parameters(), uninterrupted.parameters(), strict=True):
         assert torch.allclose(a, b, atol=1e-6)
 

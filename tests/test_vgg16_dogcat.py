@@ -54,6 +54,30 @@ def test_comparison_uses_the_measured_numbers() -> None:
     assert len(fig.axes) == 2
 
 
+def test_the_time_statement_reads_epoch_ranges_against_the_flop_prediction() -> None:
+    def two_epochs(label: str, first: float, second: float) -> History:
+        run = history(label, first, 100.0, 70.0)
+        run.records.append(
+            EpochRecord(1, None, None, 70.0, 0.5, second, 10.0, tracked_peak_mb=100.0)
+        )
+        return run
+
+    plain = two_epochs("p", 60.0, 70.0)
+    close, apart = two_epochs("c", 65.0, 79.0), two_epochs("c", 80.0, 82.0)
+    assert "within noise (ranges overlap; FLOPs predict x1.33)" in " ".join(
+        vgg16_dogcat.comparison_statements(plain, close, flops_ratio=1.33)
+    )
+    assert "x1.33, beyond noise" in " ".join(vgg16_dogcat.comparison_statements(plain, apart))
+    assert "60.0-70.0 over 2 runs" in " ".join(vgg16_dogcat.comparison_statements(plain, apart))
+
+
+def test_the_flop_ratio_of_segments_2_counts_the_recomputed_forward() -> None:
+    model = vgg16_classifier(2, layout="article")
+    ratio = vgg16_dogcat.checkpointed_flops_ratio(model, batch_size=2, image_size=32)
+    assert 1.2 < ratio < 1.4  # most of the network's forward runs twice
+    assert all(p.device.type == "cpu" for p in model.parameters())  # dry run on a copy
+
+
 def test_summarize_rejects_an_empty_history() -> None:
     with pytest.raises(ValueError, match="no epochs"):
         vgg16_dogcat.summarize_run(History("empty"))

@@ -54,7 +54,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="dataset folder, or 'synthetic' for generated files in the real formats "
         "(default: the downloaded dataset under data/, else generated)",
     )
-    train.add_argument("--checkpoint-dir", help="save each epoch's state_dict here and resume")
+    train.add_argument(
+        "--checkpoint-dir", help="save the latest epoch's state here and resume from it"
+    )
+    train.add_argument(
+        "--keep-every-epoch",
+        action="store_true",
+        help="keep every epoch's state_dict in --checkpoint-dir, as the article does",
+    )
     train.add_argument("--no-progress", action="store_true", help="hide progress bars")
     bench = commands.add_parser(
         "bench",
@@ -110,6 +117,7 @@ def run_train(args: argparse.Namespace) -> int:
         epochs=args.epochs or profile.epochs,
         segments=experiment.segments,
         checkpoint_dir=args.checkpoint_dir,
+        keep_every_epoch=args.keep_every_epoch,
         progress=not args.no_progress,
         track_memory=True,
         label=f"{experiment.name} segments={args.segments}",

@@ -33,7 +33,7 @@ class Profile:
     sweep_batch_size: int  # batch for segment sweeps and benchmarks
     num_workers: int
     use_real_data: bool  # False: always the small generated sets, even where the real ones exist
-    save_epoch_state: bool  # per-epoch state_dicts (VGG16: 1 GB an epoch with momentum)
+    save_epoch_state: bool  # the latest epoch's state on disk, for resume (VGG16: about 1 GB)
 
 
 PROFILES: dict[str, Profile] = {

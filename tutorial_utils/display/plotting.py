@@ -332,9 +332,13 @@ def plot_histories(
     loss_ax.set_ylabel("loss (cross-entropy)")
     time_ax.set_ylabel("training time per epoch (s)")
     time_ax.set_ylim(bottom=0)
+    all_epochs = sorted({r.epoch for h in histories.values() for r in getattr(h, "records", h)})
     for ax in (acc_ax, loss_ax, time_ax):
         ax.set_xlabel("epoch")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+        if len(all_epochs) == 1:  # one epoch: one tick, not decimals around it
+            ax.set_xlim(all_epochs[0] - 0.5, all_epochs[0] + 0.5)
+            ax.set_xticks(all_epochs)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     return _finish(fig, "Training histories", subtitle, device)
@@ -380,12 +384,13 @@ def plot_step_timelines(reports: Mapping[str, Any], *, subtitle: str | None = No
     for column, (label, report) in enumerate(reports.items()):
         ax, strip = axes[0][column], axes[1][column]
         ops = range(1, len(report.category_timeline) + 1)
+        end = len(ops) + 1  # op k occupies [k, k + 1): the last one ends here
         stacks = [
             [step[category] / MB for step in report.category_timeline] for category in CATEGORIES
         ]
         ax.stackplot(
-            ops,
-            stacks,
+            [*ops, end],
+            [stack + stack[-1:] for stack in stacks],
             colors=[CATEGORY_COLORS[c] for c in CATEGORIES],
             labels=[CATEGORY_NAMES[c] for c in CATEGORIES],
             step="post",
@@ -401,7 +406,7 @@ def plot_step_timelines(reports: Mapping[str, Any], *, subtitle: str | None = No
             fontsize=8,
         )
         ax.set_ylim(0, 1.15 * top)
-        ax.set_xlim(1, len(ops))
+        ax.set_xlim(1, end)
         ax.set_title(label, fontsize=10)
         ax.tick_params(labelbottom=False)
         ax.grid(alpha=0.3, axis="y")
@@ -409,7 +414,7 @@ def plot_step_timelines(reports: Mapping[str, Any], *, subtitle: str | None = No
             ax.set_ylabel("live tensor memory (MB)")
         for phase, start, count in _phase_runs([event.phase for event in report.timeline]):
             strip.broken_barh([(start + 1, count)], (0, 1), color=PHASE_COLORS[phase])
-        strip.set_xlim(1, len(ops))
+        strip.set_xlim(1, end)
         strip.set_yticks([])
         strip.set_xlabel("op number in the step")
     handles, names = axes[0][0].get_legend_handles_labels()

@@ -541,9 +541,11 @@ def plot_memory_by_setup(records: list[MemoryRecord], title: str = "") -> Figure
     DDP's gradient buckets, held outside the step, sit on top, hatched, so they are not mistaken
     for part of the tracked peak.
     """
-    figure, axes = plt.subplots(figsize=(max(6.0, 1.0 * len(records)), 4.5))
+    figure, axes = plt.subplots(figsize=(max(6.0, 1.2 * len(records)), 4.8))
+    # one word per line under each bar: labels as wide as a bar, never over the next one
     labels = [
-        "\n".join([*r.setup.split(" + "), f"rank {r.rank} of {r.world_size}"]) for r in records
+        "\n".join([*r.setup.replace(" + ", " ").split(), f"rank {r.rank}/{r.world_size}"])
+        for r in records
     ]
     positions = range(len(records))
     bottoms = [0.0] * len(records)

@@ -14,8 +14,10 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from tutorial_utils.display.labels import annotate_points
 from tutorial_utils.display.plotting import figure_subtitle
 from tutorial_utils.display.widgets import budget_slider, result_outputs
+from tutorial_utils.measurement.timing import time_verdict
 from tutorial_utils.planning.limits import PeakFloor
 from tutorial_utils.planning.planner import ModelProfile, Plan, evaluate_plan, plan_from_profile
 from tutorial_utils.units import MB
@@ -90,10 +92,6 @@ def plot_pareto(
     for row in rows:
         if row["kind"] not in ("uniform", "planned") or row["checkpointing"].endswith("least peak"):
             labels.setdefault((row[x], row[y]), []).append(row["checkpointing"])
-    for (px, py), names in labels.items():
-        ax.annotate(
-            " = ".join(names), (px, py), textcoords="offset points", xytext=(5, 4), fontsize=7
-        )
     ax.set_xlabel(
         "predicted step time / no checkpointing (FLOPs, dry run)"
         if dry
@@ -104,10 +102,12 @@ def plot_pareto(
     )
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.grid(alpha=0.3)
+    ax.margins(x=0.12, y=0.15)  # room inside the axes for the labels
     source = rows[0].get("source") if rows else None
     where = subtitle or figure_subtitle()
     fig.suptitle(f"{title}\n{source} · {where}" if source else f"{title}\n{where}", fontsize=11)
     fig.tight_layout()
+    annotate_points(ax, [(px, py, " = ".join(names)) for (px, py), names in labels.items()])
     return fig
 
 
@@ -217,6 +217,28 @@ def strategy_table(rows: Sequence[dict]) -> str:
         for line in cells
     )
     return f"{rows[0]['source']}\n{table}" if rows and rows[0].get("source") else table
+
+
+def time_against_flops_table(measured: Sequence[dict], dry: Sequence[dict]) -> str:
+    """Measured step times (fastest of the repeats, their range) beside the FLOP prediction from
+    dry runs of the same strategies, with whether each difference from "none" is beyond noise."""
+    if len(measured) != len(dry) or not measured:
+        raise ValueError("pass the measured and the dry-run rows of the same strategy menu")
+    reference = measured[0]["step_timing"]
+    if reference is None:
+        raise ValueError("the measured rows have no timings: measure them on a real device")
+    name_width = max(len(row["checkpointing"]) for row in measured)
+    lines = [
+        f"{'strategy':<{name_width}}  {'peak MB':>9}  {'step time, fastest (range)':<34}  "
+        "time vs none, against the FLOP prediction"
+    ]
+    for real, predicted in zip(measured, dry, strict=True):
+        timing = real["step_timing"]
+        lines.append(
+            f"{real['checkpointing']:<{name_width}}  {real['tracked_peak_mb']:>9,.1f}  "
+            f"{timing.describe():<34}  {time_verdict(timing, reference, predicted['flops_ratio'])}"
+        )
+    return "\n".join(lines)
 
 
 def key_rows(rows: Sequence[dict]) -> list[dict]:

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import copy
 import time
 import warnings
 from bisect import bisect_right
@@ -39,7 +40,9 @@ from tutorial_utils.display.plotting import figure_subtitle, plot_step_timelines
 from tutorial_utils.display.widgets import RunPanel, budget_slider, int_slider, result_outputs
 from tutorial_utils.measurement.batch_search import find_max_batch_size
 from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step
+from tutorial_utils.measurement.flops import StepFlopCounter
 from tutorial_utils.measurement.step import DRY_RUN_LABEL, adam_optimizer
+from tutorial_utils.measurement.timing import Timing, time_repeats, time_verdict
 from tutorial_utils.measurement.tracker import TensorMemoryTracker
 from tutorial_utils.training.loop import test_model
 from tutorial_utils.units import MB
@@ -189,49 +192,49 @@ STRATEGIES = (PLAIN, CHECKPOINT, CHECKPOINT_FIXED, ACCUMULATION)
 
 @dataclass
 class StrategyCost:
-    """Memory and time of one optimizer step of a strategy."""
+    """Memory, time and work of one optimizer step of a strategy."""
 
     label: str
     batch_size: int
     micro_batch: int
     peak_bytes: int  # tracked peak of the whole step, every pass included
     activation_bytes: int  # the most activation bytes alive during the forward/backward passes
-    seconds_per_sample: float  # the fastest timed step over its batch size
+    timing: Timing  # every timed step; the fastest is the estimate, the range the noise
+    gflop: float  # forward, backward and recomputation of one step (FLOP formulas, counted)
 
     @property
     def peak_mb(self) -> float:
         return self.peak_bytes / MB
+
+    @property
+    def seconds_per_sample(self) -> float:
+        return self.timing.fastest / self.batch_size
 
 
 def strategy_cost(
     strategy: Strategy, inputs: torch.Tensor, targets: torch.Tensor, repeats: int = 3
 ) -> StrategyCost:
     """One warm-up step (creates Adam's state), ``repeats`` timed steps, then one tracked step
-    and, tracked apart, its forward and backward passes: the optimizer step's own temporaries
-    (Adam's, about the size of the weights) would otherwise hide the activations of small batches.
-
-    The fastest timed step is kept: on a shared machine other processes only ever add time.
+    and, tracked apart with its FLOPs counted, its forward and backward passes: the optimizer
+    step's own temporaries (Adam's, about the size of the weights) would otherwise hide the
+    activations of small batches.
     """
-    if repeats < 1:
-        raise ValueError(f"repeats must be at least 1, got {repeats}")
     device = inputs.device
     model = strategy.build(device=device)
     optimizer = torch.optim.Adam(model.parameters(), 1e-3)
     train_step(model, optimizer, inputs, targets, strategy.micro_batches)
-    durations = []
-    for _ in range(repeats):
-        _synchronize(device)
-        started = time.perf_counter()
-        train_step(model, optimizer, inputs, targets, strategy.micro_batches)
-        _synchronize(device)
-        durations.append(time.perf_counter() - started)
+    timing = time_repeats(
+        lambda: train_step(model, optimizer, inputs, targets, strategy.micro_batches),
+        repeats,
+        lambda: _synchronize(device),
+    )
     optimizer.zero_grad(set_to_none=True)
     step = TensorMemoryTracker(model, optimizer, inputs=(inputs, targets), device=device)
     with step:
         train_step(model, optimizer, inputs, targets, strategy.micro_batches)
     optimizer.zero_grad(set_to_none=True)
     passes = TensorMemoryTracker(model, optimizer, inputs=(inputs, targets), device=device)
-    with passes:
+    with passes, StepFlopCounter() as counter:
         accumulate_gradients(model, inputs, targets, strategy.micro_batches)
     optimizer.zero_grad(set_to_none=True)
     return StrategyCost(
@@ -240,12 +243,14 @@ def strategy_cost(
         len(inputs) // strategy.micro_batches,
         step.peak_bytes,
         passes.activation_peak_bytes,
-        min(durations) / len(inputs),
+        timing,
+        counter.result().total / 1e9,
     )
 
 
 def format_costs(costs: Sequence[StrategyCost], budget_bytes: int) -> str:
-    """A table of ``strategy_cost`` results, ratios to the first row, and whether each fits."""
+    """A table of ``strategy_cost`` results, ratios to the first row, and whether each fits; the
+    time ratio is read against the repeats' noise and the FLOP ratio."""
     first = costs[0]
     columns = (
         "batch",
@@ -254,11 +259,11 @@ def format_costs(costs: Sequence[StrategyCost], budget_bytes: int) -> str:
         "activation peak MB",
         "ms per sample",
         "peak vs plain",
-        "time vs plain",
         f"fits {budget_bytes / MB:.0f} MB",
     )
-    lines = [f"{'strategy':<36} " + " ".join(f"{name:>{len(name)}}" for name in columns)]
+    header = f"{'strategy':<36} " + " ".join(columns) + "  time vs plain (fastest of repeats)"
     widths = [len(name) for name in columns]
+    lines = [header]
     for c in costs:
         cells = (
             f"{c.batch_size}",
@@ -267,12 +272,13 @@ def format_costs(costs: Sequence[StrategyCost], budget_bytes: int) -> str:
             f"{c.activation_bytes / MB:.1f}",
             f"{1000 * c.seconds_per_sample:.2f}",
             f"{c.peak_bytes / first.peak_bytes:.2f}",
-            f"{c.seconds_per_sample / first.seconds_per_sample:.2f}",
             "yes" if c.peak_bytes <= budget_bytes else "no",
         )
+        verdict = time_verdict(c.timing, first.timing, c.gflop / first.gflop)
         lines.append(
             f"{c.label:<36} "
             + " ".join(f"{cell:>{w}}" for cell, w in zip(cells, widths, strict=True))
+            + f"  {verdict}"
         )
     return "\n".join(lines)
 
@@ -294,15 +300,31 @@ def gradient_gap(strategy: Strategy, inputs: torch.Tensor, targets: torch.Tensor
     return float((gradients(strategy) - plain).norm() / plain.norm())
 
 
+LOSS_WINDOW = 10  # the last optimizer steps whose training losses are averaged
+
+
 @dataclass
 class StrategyTraining:
-    """A short training run: the loss and BatchNorm statistics after every step, test figures."""
+    """A short training run: the loss and BatchNorm statistics after every step, test figures.
+
+    ``losses`` are training-mode losses, normalized by each pass's own batch statistics (B/2 for
+    accumulation); ``recent_eval_loss`` is the loss on the last `LOSS_WINDOW` batches after
+    training in eval mode (running statistics), which compares the strategies on equal terms.
+    """
 
     label: str
     losses: list[float] = field(default_factory=list)
     stats: list[RunningStats] = field(default_factory=list)
     test_accuracy: float = float("nan")
     test_loss: float = float("nan")
+    recent_eval_loss: float = float("nan")
+    model: nn.Module | None = None  # the trained network, for questions asked afterwards
+
+    @property
+    def recent_train_loss(self) -> float:
+        """The mean training-mode loss of the last `LOSS_WINDOW` steps (one step is noise)."""
+        recent = self.losses[-LOSS_WINDOW:]
+        return sum(recent) / len(recent)
 
 
 def train_strategies(
@@ -316,6 +338,7 @@ def train_strategies(
     if not batches:
         raise ValueError("batches is empty: pass a few (inputs, targets) pairs")
     device = batches[0][0].device
+    loss_fn = nn.CrossEntropyLoss()
     runs = {}
     for strategy in strategies:
         model = strategy.build(seed, device)
@@ -327,25 +350,64 @@ def train_strategies(
                     train_step(model, optimizer, inputs, targets, strategy.micro_batches)
                 )
                 run.stats.append(running_stats(model))
-        run.test_accuracy, run.test_loss = test_model(
-            model, test_loader, nn.CrossEntropyLoss(), device
-        )
+        run.test_accuracy, run.test_loss = test_model(model, test_loader, loss_fn, device)
+        _, run.recent_eval_loss = test_model(model, batches[-LOSS_WINDOW:], loss_fn, device)
+        run.model = model
         runs[strategy.label] = run
     return runs
 
 
+def batch_statistics_loss(
+    model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, micro_batches: int = 1
+) -> float:
+    """The training-mode loss of fixed weights on one batch, BatchNorm normalizing each of
+    ``micro_batches`` slices by its own statistics; no step, running statistics untouched."""
+    if not 1 <= micro_batches <= len(inputs):
+        raise ValueError(f"micro_batches must be in 1..{len(inputs)}, got {micro_batches}")
+    probe = copy.deepcopy(model).train()
+    with torch.no_grad():
+        return sum(
+            nn.functional.cross_entropy(probe(x), y).item() * len(x) / len(inputs)
+            for x, y in zip(inputs.chunk(micro_batches), targets.chunk(micro_batches), strict=True)
+        )
+
+
+def describe_batch_statistics_effect(
+    model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor
+) -> str:
+    """One trained network's training-mode loss on one batch, normalized as a whole and in
+    halves: why accumulation's training losses are not comparable with one pass's."""
+    whole = batch_statistics_loss(model, inputs, targets)
+    halves = batch_statistics_loss(model, inputs, targets, 2)
+    return (
+        f"the same weights on one batch of {len(inputs)}, training mode, no step: loss "
+        f"{whole:.4f} with BatchNorm statistics of the whole batch, {halves:.4f} with each half's"
+    )
+
+
 def format_trainings(runs: dict[str, StrategyTraining], reference: str) -> str:
-    """Final training loss, test figures and BN-statistics distance to the reference run."""
+    """Training losses (train and eval mode), test figures and BN-statistics distance to the
+    reference run."""
     base = runs[reference]
-    lines = [
-        f"{'strategy':<36} {'last loss':>9} {'test acc %':>10} {'test loss':>9} "
-        f"{'BN stats vs ' + reference.split(',')[0]:>20}"
-    ]
+    columns = (
+        f"train loss, last {LOSS_WINDOW} steps",
+        "same batches, eval mode",
+        "test acc %",
+        "test loss",
+        "BN stats vs " + reference.split(",")[0],
+    )
+    lines = [f"{'strategy':<36} " + " ".join(columns)]
     for label, run in runs.items():
-        distance = relative_distance(run.stats[-1], base.stats[-1])
+        cells = (
+            f"{run.recent_train_loss:.4f}",
+            f"{run.recent_eval_loss:.4f}",
+            f"{run.test_accuracy:.1f}",
+            f"{run.test_loss:.4f}",
+            f"{relative_distance(run.stats[-1], base.stats[-1]):.2e}",
+        )
         lines.append(
-            f"{label:<36} {run.losses[-1]:>9.4f} {run.test_accuracy:>10.1f} "
-            f"{run.test_loss:>9.4f} {distance:>20.2e}"
+            f"{label:<36} "
+            + " ".join(f"{cell:>{len(name)}}" for cell, name in zip(cells, columns, strict=True))
         )
     return "\n".join(lines)
 
@@ -450,7 +512,7 @@ class SegmentChoice:
             f"checkpointed: {chosen}\n"
             f"batch {cost.batch_size}: step peak {cost.peak_mb:.1f} MB, activation peak "
             f"(forward + backward) {cost.activation_bytes / MB:.1f} MB, "
-            f"step {cost.seconds_per_sample * cost.batch_size:.3f} s\n"
+            f"step {cost.timing.describe()}\n"
             f"largest batch within {self.budget_bytes / MB:.0f} MB: {self.max_batch}"
         )
 

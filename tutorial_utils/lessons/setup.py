@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import platform
 
 import torch
 import torchvision
 
 from tutorial_utils.articles.profiles import Profile, get_profile
+from tutorial_utils.display.figure_check import check_figures_when_shown
 from tutorial_utils.measurement.devices import default_device, describe_device
+
+CHECK_FIGURES_ENV = "TUTORIAL_CHECK_FIGURES"
 
 
 def ipywidgets_version() -> str:
@@ -21,8 +25,14 @@ def ipywidgets_version() -> str:
 
 
 def report_environment(profile_name: str | None = None) -> Profile:
-    """Print profile, device and versions; return the active profile."""
+    """Print profile, device and versions; return the active profile.
+
+    With ``TUTORIAL_CHECK_FIGURES=1`` (set by the test command) every figure the notebook shows
+    afterwards is checked for overlapping labels and clipped data, and an unreadable one fails.
+    """
     profile = get_profile(profile_name)
+    if os.environ.get(CHECK_FIGURES_ENV) == "1":
+        check_figures_when_shown()
     print(f"profile: {profile.name} ({profile.description})")
     print(f"device:  {describe_device(default_device())}")
     print(

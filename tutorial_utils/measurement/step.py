@@ -14,7 +14,6 @@ to a real step's) and whose time does not exist: ``seconds`` is None and FLOPs s
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +30,7 @@ from tutorial_utils.measurement.nvml import (
     nvml_used_mb,
 )
 from tutorial_utils.measurement.phases import step_phase
+from tutorial_utils.measurement.timing import Timing, time_repeats
 from tutorial_utils.measurement.tracker import (
     MemoryLimitExceeded,
     TensorMemoryTracker,
@@ -53,7 +53,7 @@ class StepReport:
     peak_bytes: int  # tracked peak of live tensor bytes, baseline included
     breakdown: dict[str, int]  # the tracked peak split by CATEGORIES
     activation_peak_bytes: int  # most activations/other bytes alive at any moment of the step
-    seconds: float | None  # wall time of an untracked step (None when not timed)
+    seconds: float | None  # fastest wall time of an untracked step (None when not timed)
     cuda_peak_allocated: int | None
     cuda_peak_reserved: int | None
     nvml_used_mb: float | None
@@ -71,6 +71,7 @@ class StepReport:
     rounded_to_blocks: bool = False  # every storage counted in 512-byte CUDA blocks
     timeline: list[TimelineEvent] | None = None  # op by op, with record_timeline=True
     category_timeline: list[dict[str, int]] | None = None  # bytes per category, op by op
+    timing: Timing | None = None  # every timed repeat, for the spread beside ``seconds``
 
     @property
     def dry_run(self) -> bool:
@@ -227,19 +228,13 @@ def measure_step(
         optimizer.zero_grad(set_to_none=True)
         _forward_backward_step(model, inputs, targets, segments, optimizer, loss_fn)
 
-    seconds = None
+    seconds, timing = None, None
     if not time_step or dry_run:  # a dry run has no time to measure
         prime_optimizer_state(optimizer)
     else:
         step()
-        durations = []
-        for _ in range(repeats):
-            _synchronize(device)
-            started = time.perf_counter()
-            step()
-            _synchronize(device)
-            durations.append(time.perf_counter() - started)
-        seconds = min(durations)
+        timing = time_repeats(step, repeats, lambda: _synchronize(device))
+        seconds = timing.fastest
 
     optimizer.zero_grad(set_to_none=True)
     cuda_before = None
@@ -276,6 +271,7 @@ def measure_step(
         breakdown=dict(tracker.breakdown_at_peak),
         activation_peak_bytes=tracker.activation_peak_bytes,
         seconds=seconds,
+        timing=timing,
         cuda_peak_allocated=figures.peak_allocated,
         cuda_peak_reserved=figures.peak_reserved,
         nvml_used_mb=nvml.used_mb,

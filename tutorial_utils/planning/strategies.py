@@ -146,6 +146,7 @@ def _strategy_row(model_name: str, strategy: Strategy, record) -> dict:
         ),
         "nvml_used_mb": record.nvml_used_mb,
         "step_seconds": record.seconds,
+        "step_timing": record.timing,
         "step_gflop": None if record.flops is None else record.flops.total / 1e9,
         "source": record.source,
     }

@@ -148,18 +148,36 @@ def saved_epochs(checkpoint_dir: Path) -> list[int]:
 
 
 def save_epoch(
-    checkpoint_dir: Path, epoch: int, model: nn.Module, optimizer, record: EpochRecord
-) -> None:
+    checkpoint_dir: Path,
+    epoch: int,
+    model: nn.Module,
+    optimizer,
+    history: History,
+    keep_every_epoch: bool = False,
+) -> list[Path]:
     """``epoch_N.pt`` holds the bare model state_dict, as the article saves it; a sidecar
     ``training_state_N.pt`` holds what an exact resume also needs (optimizer state, the RNG
-    state that drives Dropout and shuffling, the record)."""
-    atomic_save(model.state_dict(), checkpoint_dir / f"epoch_{epoch}.pt")
-    sidecar = {
+    state that drives Dropout and shuffling, every epoch's record so far).
+
+    Unless ``keep_every_epoch`` (the article's one file per epoch), the previous epochs' files
+    are removed once the new ones are on disk: a resume needs only the latest. Returns the files
+    this epoch wrote.
+    """
+    weights = checkpoint_dir / f"epoch_{epoch}.pt"
+    sidecar = checkpoint_dir / f"training_state_{epoch}.pt"
+    atomic_save(model.state_dict(), weights)
+    state = {
         "optimizer": optimizer.state_dict(),
         "rng_state": torch.get_rng_state(),
-        "record": asdict(record),
+        "records": [asdict(record) for record in history.records],
     }
-    atomic_save(sidecar, checkpoint_dir / f"training_state_{epoch}.pt")
+    atomic_save(state, sidecar)
+    if not keep_every_epoch:
+        for earlier in saved_epochs(checkpoint_dir):
+            if earlier < epoch:
+                (checkpoint_dir / f"epoch_{earlier}.pt").unlink()
+                (checkpoint_dir / f"training_state_{earlier}.pt").unlink(missing_ok=True)
+    return [weights, sidecar]
 
 
 def resume(checkpoint_dir: Path, model: nn.Module, optimizer, history: History) -> int:
@@ -170,22 +188,27 @@ def resume(checkpoint_dir: Path, model: nn.Module, optimizer, history: History) 
     last = epochs[-1]
     state = torch.load(checkpoint_dir / f"epoch_{last}.pt", weights_only=True, map_location="cpu")
     model.load_state_dict(state)
-    for epoch in epochs:
-        sidecar_path = checkpoint_dir / f"training_state_{epoch}.pt"
-        if not sidecar_path.exists():
-            continue
-        sidecar = torch.load(sidecar_path, weights_only=True, map_location="cpu")
-        history.records.append(EpochRecord(**sidecar["record"]))
-        if epoch == last:
-            optimizer.load_state_dict(sidecar["optimizer"])
-            torch.set_rng_state(sidecar["rng_state"])
-    if not (checkpoint_dir / f"training_state_{last}.pt").exists():
+    sidecar_path = checkpoint_dir / f"training_state_{last}.pt"
+    if not sidecar_path.exists():
         warnings.warn(
             f"resuming from {checkpoint_dir / f'epoch_{last}.pt'} without its optimizer state: "
             "momentum starts from zero",
             stacklevel=2,
         )
+        return last + 1
+    sidecar = torch.load(sidecar_path, weights_only=True, map_location="cpu")
+    history.records.extend(EpochRecord(**record) for record in sidecar["records"])
+    optimizer.load_state_dict(sidecar["optimizer"])
+    torch.set_rng_state(sidecar["rng_state"])
     return last + 1
+
+
+def describe_saved(paths: Iterable[Path]) -> str:
+    """'wrote data/runs/plain/epoch_1.pt, training_state_1.pt (1056.3 MB)': what an epoch put on disk."""
+    paths = list(paths)
+    size = sum(path.stat().st_size for path in paths) / MB
+    folder = paths[0].parent if paths else Path(".")
+    return f"wrote {folder}/{', '.join(p.name for p in paths)} ({size:.1f} MB)"
 
 
 def collect_finished_iterators() -> None:
@@ -233,6 +256,7 @@ def train_model(
     checkpoint_dir: str | Path | None = None,
     progress: bool = True,
     *,
+    keep_every_epoch: bool = False,
     evaluate_train: bool = True,
     track_memory: bool = False,
     label: str | None = None,
@@ -243,7 +267,8 @@ def train_model(
     ``evaluate_train`` re-runs the training set in eval mode for the train accuracy/loss as the
     article does (doubling evaluation time). ``track_memory`` follows tensor allocations during
     the training pass (any device) for ``tracked_peak_mb``. With ``checkpoint_dir``, each epoch's
-    state_dict is written atomically and a later call resumes after the last saved epoch.
+    state is written atomically (only the latest epoch's is kept unless ``keep_every_epoch``) and
+    a later call resumes after the last saved epoch.
     """
     if epochs < 1:
         raise ValueError(f"epochs must be at least 1, got {epochs}")
@@ -284,5 +309,9 @@ def train_model(
         if log is not None:
             log(record.log_line())
         if checkpoint_path is not None:
-            save_epoch(checkpoint_path, epoch, model, optimizer, record)
+            written = save_epoch(
+                checkpoint_path, epoch, model, optimizer, history, keep_every_epoch
+            )
+            if log is not None:
+                log(describe_saved(written))
     return history

@@ -1,0 +1,63 @@
+"""The printed tables: aligned, complete, and made from what they are given."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tutorial_utils.display.tables import epoch_table, text_table
+from tutorial_utils.lessons import toy_summation_tables as tables
+from tutorial_utils.lessons.toy_summation_graph import (
+    article_tree,
+    compare_with_model,
+    equal_blocks_chain,
+    optimal_k,
+)
+from tutorial_utils.measurement.step import sweep_segments
+from tutorial_utils.training.loop import EpochRecord, History
+
+
+def test_text_table_aligns_columns_and_refuses_ragged_rows() -> None:
+    table = text_table(("name", "MB"), [("plain", "12.5"), ("checkpointed", "3.0")])
+    lines = table.splitlines()
+    assert lines == ["name            MB", "plain         12.5", "checkpointed   3.0"]
+    assert text_table(("a", "b"), [("x", "y")], "rl").splitlines()[1] == "x  y"
+    with pytest.raises(ValueError, match="one .l. or .r. per column"):
+        text_table(("a", "b"), [], "l")
+    with pytest.raises(ValueError, match="2 columns"):
+        text_table(("name", "MB"), [("plain",)])
+
+
+def test_epoch_table_has_a_row_per_epoch_per_run() -> None:
+    record = EpochRecord(0, None, None, 50.0, 0.6931, 1.25, 10.0)
+    table = epoch_table(
+        {"plain": History("plain", [record, record]), "ckpt": History("c", [record])}
+    )
+    lines = table.splitlines()
+    assert len(lines) == 4 and lines[1].startswith("plain") and lines[3].startswith("ckpt")
+    assert lines[1].split() == ["plain", "0", "n/a", "50.0", "0.6931", "1.25"]
+
+
+def test_the_toy_tables_print_the_simulated_peaks() -> None:
+    assert tables.conventions_table(article_tree()).splitlines()[0].split()[:2] == [
+        "convention",
+        "leaves",
+    ]
+    shapes = tables.tree_shapes_table((4, 8)).splitlines()
+    assert [line.split()[0] for line in shapes[1:]] == ["4", "8"]
+    rule = tables.sqrt_rule_table((16,)).splitlines()[1].split()
+    assert rule[:3] == ["16", str(optimal_k(16).peak_activations), "8.0"]
+    plans = tables.segment_plans_table(4, (0, 2)).splitlines()
+    assert "[0,2)* [2,4)" in plans[2]
+
+
+def test_the_measured_tables_show_each_record() -> None:
+    torch.manual_seed(0)
+    chain = equal_blocks_chain(4, 8)
+    inputs, targets = torch.randn(4, 8), torch.randint(0, 8, (4,))
+    unit = inputs.numel() * inputs.element_size()
+    records = sweep_segments(chain, inputs, targets, (0, 2), device="cpu")
+    table = tables.measured_vs_model_table(compare_with_model(records, 4, unit), records)
+    assert [line.split()[0] for line in table.splitlines()[1:]] == ["0", "2"]
+    no_grad = tables.no_grad_table(chain, inputs, 2, unit).splitlines()
+    assert no_grad[1].startswith("recording gradients") and "no_grad" in no_grad[2]

@@ -1,0 +1,93 @@
+"""Repeated wall times, and whether a difference between two of them is more than noise.
+
+On a shared machine one timing can invert a lesson (a checkpointed step "faster" than the plain
+one). A `Timing` keeps every repeat: the fastest is the estimate (other work only ever adds time,
+as ``timeit`` argues), the range is the noise, and two timings whose ranges overlap are not told
+apart.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from statistics import median
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Wall times of repeats of the same work, in seconds."""
+
+    durations: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not self.durations or min(self.durations) <= 0:
+            raise ValueError(f"a Timing needs positive durations, got {self.durations!r}")
+
+    @classmethod
+    def of(cls, durations: Sequence[float]) -> Timing:
+        return cls(tuple(float(d) for d in durations))
+
+    @property
+    def fastest(self) -> float:
+        return min(self.durations)
+
+    @property
+    def slowest(self) -> float:
+        return max(self.durations)
+
+    @property
+    def median(self) -> float:
+        return median(self.durations)
+
+    @property
+    def repeats(self) -> int:
+        return len(self.durations)
+
+    @property
+    def spread(self) -> float:
+        """(slowest - fastest) / fastest: 0.25 means repeats varied by 25%."""
+        return (self.slowest - self.fastest) / self.fastest
+
+    def overlaps(self, other: Timing) -> bool:
+        """True when the two ranges of repeats overlap: the difference is within noise."""
+        return self.fastest <= other.slowest and other.fastest <= self.slowest
+
+    def describe(self, unit: str = "s", scale: float = 1.0, digits: int = 3) -> str:
+        """'0.957 s (0.951-1.033 over 3 runs)'; one run says it has no spread."""
+        low, high = self.fastest * scale, self.slowest * scale
+        if self.repeats == 1:
+            return f"{low:.{digits}f} {unit} (1 run: no spread measured)"
+        return (
+            f"{low:.{digits}f} {unit} ({low:.{digits}f}-{high:.{digits}f} over {self.repeats} runs)"
+        )
+
+
+def time_repeats(
+    work: Callable[[], object], repeats: int, synchronize: Callable[[], None] = lambda: None
+) -> Timing:
+    """Run ``work`` ``repeats`` times, each timed alone (``synchronize`` waits for a GPU)."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    durations = []
+    for _ in range(repeats):
+        synchronize()
+        started = time.perf_counter()
+        work()
+        synchronize()
+        durations.append(time.perf_counter() - started)
+    return Timing.of(durations)
+
+
+def time_verdict(timing: Timing, reference: Timing, flops_ratio: float | None = None) -> str:
+    """A measured time ratio read against its noise and, when given, the FLOP-based expectation.
+
+    'x1.08, within noise (ranges overlap; FLOPs predict x1.20)' or 'x1.35, beyond noise (...)'.
+    """
+    ratio = timing.fastest / reference.fastest
+    expected = "" if flops_ratio is None else f"; FLOPs predict x{flops_ratio:.2f}"
+    if timing.repeats == 1 or reference.repeats == 1:
+        return f"x{ratio:.2f}, noise unknown (1 run{expected})"
+    if timing.overlaps(reference):
+        return f"x{ratio:.2f}, within noise (ranges overlap{expected})"
+    return f"x{ratio:.2f}, beyond noise (ranges apart{expected})"
