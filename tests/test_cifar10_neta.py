@@ -78,11 +78,12 @@ def test_checkpointing_keeps_the_gradient_accumulation_changes_it() -> None:
 
 def test_strategy_cost_measures_memory_and_time_of_each_strategy() -> None:
     inputs, targets = batch(8)
-    plain, checkpointed, halves = (
-        lesson.strategy_cost(strategy, inputs, targets, repeats=2)
-        for strategy in (lesson.PLAIN, lesson.CHECKPOINT, lesson.ACCUMULATION)
+    plain, checkpointed, halves = lesson.strategy_costs(
+        (lesson.PLAIN, lesson.CHECKPOINT, lesson.ACCUMULATION), inputs, targets, repeats=2
     )
     assert plain.timing.repeats == 2
+    alone = lesson.strategy_cost(lesson.PLAIN, inputs, targets, repeats=1)
+    assert (alone.peak_bytes, alone.activation_bytes) == (plain.peak_bytes, plain.activation_bytes)
     # recomputation is more work, accumulation the same work in two passes
     assert checkpointed.gflop > 1.05 * plain.gflop
     assert halves.gflop == pytest.approx(plain.gflop, rel=1e-6)

@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 
 from tutorial_utils.measurement.step import measure_step
-from tutorial_utils.measurement.timing import Timing, time_repeats, time_verdict
+from tutorial_utils.measurement.timing import Timing, time_interleaved, time_repeats, time_verdict
 
 
 def test_a_timing_is_its_repeats_fastest_first() -> None:
@@ -41,6 +41,15 @@ def test_time_repeats_times_each_run_and_refuses_zero_repeats() -> None:
     assert timing.repeats == 4 and len(calls) == 4 and timing.fastest > 0
     with pytest.raises(ValueError, match="at least 1"):
         time_repeats(lambda: None, 0)
+
+
+def test_interleaved_timing_takes_turns() -> None:
+    order = []
+    timings = time_interleaved({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, 3)
+    assert order == ["a", "b"] * 3
+    assert {name: t.repeats for name, t in timings.items()} == {"a": 3, "b": 3}
+    with pytest.raises(ValueError, match="at least 1"):
+        time_interleaved({"a": lambda: None}, 0)
 
 
 def test_measure_step_keeps_every_timed_repeat() -> None:

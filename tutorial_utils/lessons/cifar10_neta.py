@@ -42,7 +42,7 @@ from tutorial_utils.measurement.batch_search import find_max_batch_size
 from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step
 from tutorial_utils.measurement.flops import StepFlopCounter
 from tutorial_utils.measurement.step import DRY_RUN_LABEL, adam_optimizer
-from tutorial_utils.measurement.timing import Timing, time_repeats, time_verdict
+from tutorial_utils.measurement.timing import Timing, time_interleaved, time_verdict
 from tutorial_utils.measurement.tracker import TensorMemoryTracker
 from tutorial_utils.training.loop import test_model
 from tutorial_utils.units import MB
@@ -211,41 +211,62 @@ class StrategyCost:
         return self.timing.fastest / self.batch_size
 
 
-def strategy_cost(
-    strategy: Strategy, inputs: torch.Tensor, targets: torch.Tensor, repeats: int = 3
-) -> StrategyCost:
-    """One warm-up step (creates Adam's state), ``repeats`` timed steps, then one tracked step
-    and, tracked apart with its FLOPs counted, its forward and backward passes: the optimizer
-    step's own temporaries (Adam's, about the size of the weights) would otherwise hide the
-    activations of small batches.
+def strategy_costs(
+    strategies: Sequence[Strategy], inputs: torch.Tensor, targets: torch.Tensor, repeats: int = 3
+) -> list[StrategyCost]:
+    """Each strategy's step: one warm-up step (creates Adam's state), ``repeats`` timed steps
+    taken in turns with the other strategies' (a busy spell slows all of them alike), then one
+    tracked step and, tracked apart with its FLOPs counted, its forward and backward passes: the
+    optimizer step's own temporaries (Adam's, about the size of the weights) would otherwise hide
+    the activations of small batches.
     """
     device = inputs.device
-    model = strategy.build(device=device)
-    optimizer = torch.optim.Adam(model.parameters(), 1e-3)
-    train_step(model, optimizer, inputs, targets, strategy.micro_batches)
-    timing = time_repeats(
-        lambda: train_step(model, optimizer, inputs, targets, strategy.micro_batches),
+    prepared = []
+    for strategy in strategies:
+        model = strategy.build(device=device)
+        optimizer = torch.optim.Adam(model.parameters(), 1e-3)
+        train_step(model, optimizer, inputs, targets, strategy.micro_batches)
+        prepared.append((strategy, model, optimizer))
+    timings = time_interleaved(
+        {
+            strategy.label: partial(
+                train_step, model, optimizer, inputs, targets, strategy.micro_batches
+            )
+            for strategy, model, optimizer in prepared
+        },
         repeats,
         lambda: _synchronize(device),
     )
-    optimizer.zero_grad(set_to_none=True)
-    step = TensorMemoryTracker(model, optimizer, inputs=(inputs, targets), device=device)
-    with step:
-        train_step(model, optimizer, inputs, targets, strategy.micro_batches)
-    optimizer.zero_grad(set_to_none=True)
-    passes = TensorMemoryTracker(model, optimizer, inputs=(inputs, targets), device=device)
-    with passes, StepFlopCounter() as counter:
-        accumulate_gradients(model, inputs, targets, strategy.micro_batches)
-    optimizer.zero_grad(set_to_none=True)
-    return StrategyCost(
-        strategy.label,
-        len(inputs),
-        len(inputs) // strategy.micro_batches,
-        step.peak_bytes,
-        passes.activation_peak_bytes,
-        timing,
-        counter.result().total / 1e9,
-    )
+    costs = []
+    for strategy, model, optimizer in prepared:
+        optimizer.zero_grad(set_to_none=True)
+        step = TensorMemoryTracker(model, optimizer, inputs=(inputs, targets), device=device)
+        with step:
+            train_step(model, optimizer, inputs, targets, strategy.micro_batches)
+        optimizer.zero_grad(set_to_none=True)
+        passes = TensorMemoryTracker(model, optimizer, inputs=(inputs, targets), device=device)
+        with passes, StepFlopCounter() as counter:
+            accumulate_gradients(model, inputs, targets, strategy.micro_batches)
+        optimizer.zero_grad(set_to_none=True)
+        costs.append(
+            StrategyCost(
+                strategy.label,
+                len(inputs),
+                len(inputs) // strategy.micro_batches,
+                step.peak_bytes,
+                passes.activation_peak_bytes,
+                timings[strategy.label],
+                counter.result().total / 1e9,
+            )
+        )
+    return costs
+
+
+def strategy_cost(
+    strategy: Strategy, inputs: torch.Tensor, targets: torch.Tensor, repeats: int = 3
+) -> StrategyCost:
+    """`strategy_costs` of one strategy."""
+    return strategy_costs([strategy], inputs, targets, repeats)[0]
 
 
 def format_costs(costs: Sequence[StrategyCost], budget_bytes: int) -> str:

@@ -3,13 +3,14 @@
 On a shared machine one timing can invert a lesson (a checkpointed step "faster" than the plain
 one). A `Timing` keeps every repeat: the fastest is the estimate (other work only ever adds time,
 as ``timeit`` argues), the range is the noise, and two timings whose ranges overlap are not told
-apart.
+apart. Things compared with each other are timed in turns (`time_interleaved`), so a slow spell
+of the machine lands on all of them instead of on whichever ran during it.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import median
 
@@ -77,6 +78,21 @@ def time_repeats(
         synchronize()
         durations.append(time.perf_counter() - started)
     return Timing.of(durations)
+
+
+def time_interleaved(
+    works: Mapping[str, Callable[[], object]],
+    repeats: int,
+    synchronize: Callable[[], None] = lambda: None,
+) -> dict[str, Timing]:
+    """Time each of ``works`` ``repeats`` times, in turns (a, b, c, a, b, c, ...)."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    durations: dict[str, list[float]] = {name: [] for name in works}
+    for _ in range(repeats):
+        for name, work in works.items():
+            durations[name].extend(time_repeats(work, 1, synchronize).durations)
+    return {name: Timing.of(values) for name, values in durations.items()}
 
 
 def time_verdict(timing: Timing, reference: Timing, flops_ratio: float | None = None) -> str:
