@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from tutorial_utils.measurement.step import measure_step
+from tutorial_utils.measurement.step import measure_step, sweep_segments
 from tutorial_utils.measurement.timing import Timing, time_interleaved, time_repeats, time_verdict
 
 
@@ -61,3 +61,14 @@ def test_measure_step_keeps_every_timed_repeat() -> None:
     assert report.seconds == report.timing.fastest
     dry = measure_step(model, inputs, targets, device="meta")
     assert dry.seconds is None and dry.timing is None
+
+
+def test_a_sweep_times_every_count_with_its_repeats() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(16, 16), nn.ReLU()) for _ in range(4)])
+    inputs, targets = torch.randn(8, 16), torch.randint(0, 16, (8,))
+    records = sweep_segments(model, inputs, targets, [0, 2], repeats=3)
+    assert [r.timing.repeats for r in records] == [3, 3]
+    assert all(r.seconds == r.timing.fastest for r in records)
+    assert records[1].time_ratio == records[1].seconds / records[0].seconds
+    assert all(r.timing is None for r in sweep_segments(model, inputs, targets, [0], device="meta"))

@@ -30,7 +30,7 @@ from tutorial_utils.measurement.nvml import (
     nvml_used_mb,
 )
 from tutorial_utils.measurement.phases import step_phase
-from tutorial_utils.measurement.timing import Timing, time_repeats
+from tutorial_utils.measurement.timing import Timing, time_interleaved, time_repeats
 from tutorial_utils.measurement.tracker import (
     MemoryLimitExceeded,
     TensorMemoryTracker,
@@ -302,6 +302,34 @@ class SweepRecord(StepReport):
     time_ratio: float | None = None
 
 
+def _time_counts_in_turns(
+    model: nn.Sequential,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    counts: list[Any],
+    optimizers: list[torch.optim.Optimizer],
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None,
+    device: torch.device,
+    repeats: int,
+) -> dict[int, Timing]:
+    """One warm-up step per count (it creates the optimizer's state), then ``repeats`` timed
+    steps of every count in turns, keyed by the count's position."""
+    model.to(device).train()
+    inputs, targets = inputs.to(device), targets.to(device)
+    loss_fn = loss_fn if loss_fn is not None else nn.CrossEntropyLoss()
+    steps = {}
+    for index, (segments, optimizer) in enumerate(zip(counts, optimizers, strict=True)):
+        _check_segments(model, segments)
+
+        def step(segments=segments, optimizer=optimizer) -> None:
+            optimizer.zero_grad(set_to_none=True)
+            _forward_backward_step(model, inputs, targets, segments, optimizer, loss_fn)
+
+        step()
+        steps[index] = step
+    return time_interleaved(steps, repeats, lambda: _synchronize(device))
+
+
 def sweep_segments(
     model: nn.Sequential,
     inputs: torch.Tensor,
@@ -317,27 +345,40 @@ def sweep_segments(
     """``measure_step`` at each segment count on the same model and inputs, side by side.
 
     Each count gets a fresh optimizer (default SGD, lr 1e-3, momentum 0.9) and starts with the
-    gradients set to None. ``repeats`` timed steps per count; the fastest is reported. On the
-    meta device every count is a dry run (no time ratios; FLOPs in each record).
+    gradients set to None. ``repeats`` timed steps per count, taken in turns across the counts
+    (a busy spell of the machine slows all of them alike); the fastest is reported and every
+    repeat kept in ``timing``. On the meta device every count is a dry run (no time ratios;
+    FLOPs in each record).
     """
     counts = list(segment_counts)
     if not counts:
         raise ValueError("segment_counts is empty: pass e.g. [0, 2, 4]")
     factory = optimizer_factory if optimizer_factory is not None else default_optimizer
+    optimizers = [factory(model.parameters()) for _ in counts]
+    device = torch.device(device) if device is not None else _model_device(model)
+    timings = (
+        {}
+        if device.type == "meta"
+        else _time_counts_in_turns(
+            model, inputs, targets, counts, optimizers, loss_fn, device, repeats
+        )
+    )
     records = []
-    for segments in counts:
+    for index, (segments, optimizer) in enumerate(zip(counts, optimizers, strict=True)):
         model.zero_grad(set_to_none=True)
         report = measure_step(
             model,
             inputs,
             targets,
             segments,
-            factory(model.parameters()),
+            optimizer,
             loss_fn,
             device,
-            repeats=repeats,
+            time_step=False,
             round_to_blocks=round_to_blocks,
         )
+        if index in timings:
+            report.timing, report.seconds = timings[index], timings[index].fastest
         records.append(SweepRecord(**vars(report)))
     plain = next((r for r in records if r.segments in (0, 1)), None)
     if plain is not None:
