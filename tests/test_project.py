@@ -19,9 +19,10 @@ def requirement_name(spec: str) -> str:
     return re.split(r"[<>=!~ \[]", spec, maxsplit=1)[0].strip().lower()
 
 
-def test_environment_yml_and_pyproject_name_the_same_runtime_packages():
+def test_environment_yml_is_the_runtime_packages_and_jupyterlab():
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    pip_names = {requirement_name(s) for s in pyproject["project"]["dependencies"]}
+    lab = pyproject["project"]["optional-dependencies"]["lab"]
+    pip_names = {requirement_name(s) for s in pyproject["project"]["dependencies"] + lab}
     environment = yaml.safe_load((ROOT / "environment.yml").read_text())
     conda_specs = [d for d in environment["dependencies"] if isinstance(d, str)]
     conda_names = {CONDA_TO_PIP.get(n, n) for n in map(requirement_name, conda_specs)}
@@ -31,6 +32,15 @@ def test_environment_yml_and_pyproject_name_the_same_runtime_packages():
     assert any(d.startswith("python=3.11") for d in conda_specs)
     pip_section = next(d["pip"] for d in environment["dependencies"] if isinstance(d, dict))
     assert "-e ." in pip_section
+
+
+def test_installing_the_package_alone_installs_no_jupyter_frontend():
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    runtime = {requirement_name(s) for s in pyproject["project"]["dependencies"]}
+    assert not runtime & {"jupyterlab", "notebook", "jupyter-server", "jupyter", "ipykernel"}
+    assert "ipywidgets" in runtime  # the panels: imported by the notebooks, served by any Jupyter
+    lab_script = (ROOT / "scripts" / "lab").read_text()
+    assert 'setup.sh" "lab"' in lab_script  # ./scripts/lab installs JupyterLab, not test tools
 
 
 def test_profile_from_environment_and_unknown_name(monkeypatch):
