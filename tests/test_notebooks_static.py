@@ -79,7 +79,8 @@ def test_first_code_cell_is_the_colab_setup(notebook_path: Path) -> None:
     notebook = nbformat.read(notebook_path, as_version=4)
     setup = next(cell for cell in notebook.cells if cell.cell_type == "code")
     assert COLAB_GUARD in setup.source, f"the first code cell lacks the guard `{COLAB_GUARD}`"
-    assert "pip install" in setup.source and "REPO_URL" in setup.source
+    assert '"-m", "pip", "install"' in setup.source and "REPO_URL" in setup.source
+    assert "raise SystemExit(" in setup.source  # a failed install says what to do, in one line
     assert "report_environment(" in setup.source
 
 

@@ -207,7 +207,7 @@ def describe_saved(paths: Iterable[Path]) -> str:
     """'wrote data/runs/plain/epoch_1.pt, training_state_1.pt (1056.3 MB)': what an epoch put on disk."""
     paths = list(paths)
     size = sum(path.stat().st_size for path in paths) / MB
-    folder = paths[0].parent if paths else Path(".")
+    folder = os.path.relpath(paths[0].parent) if paths else "."  # as the reader would cd there
     return f"wrote {folder}/{', '.join(p.name for p in paths)} ({size:.1f} MB)"
 
 
