@@ -30,13 +30,22 @@ fi
 # This machine's pip mirrors print a warning per package for absent local folders: drop those.
 quiet_pip() { "$venv/bin/python" -m pip install -q "$@" 2> >(grep -v "is ignored: it is neither" >&2); }
 
-echo "setup: preparing $venv (torch: $torch_pins; extras: ${extras:-none})"
-[ -x "$venv/bin/python" ] || "$python_bin" -m venv "$venv"
+started=$SECONDS
+step() { echo "setup [$((SECONDS - started)) s]: $*"; }
+step "preparing $venv (torch: $torch_pins; extras: ${extras:-none})"
+if [ ! -x "$venv/bin/python" ]; then
+  step "creating the virtual environment with $python_bin"
+  "$python_bin" -m venv "$venv"
+fi
+step "upgrading pip"
 quiet_pip --upgrade pip
+{ read -r torch_options; read -r torch_reason; } < <("$venv/bin/python" "$root/scripts/torch_source.py")
+step "installing $torch_pins: $torch_reason (the longest step; quiet while it downloads)"
 # shellcheck disable=SC2086
-quiet_pip $torch_pins
+quiet_pip $torch_options $torch_pins
 spec="$root"
 [ -n "$extras" ] && spec="$root[$extras]"
+step "installing the package (editable) with ${extras:-no} extras within constraints.txt (about 0.3 GB)"
 quiet_pip -c "$root/constraints.txt" -e "$spec"
 echo "$stamp_want" > "$stamp_file"
-echo "setup: done"
+step "done"
