@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         "--profile",
         choices=sorted(PROFILES),
         default=os.environ.get(PROFILE_ENV) or default_profile_name(),
-        help="experiment sizes (default: $TUTORIAL_PROFILE, else cpu, or article with CUDA)",
+        help="experiment sizes (default: $TUTORIAL_PROFILE, else cpu, or gpu with CUDA)",
     )
     parser.add_argument(
         "--cell-timeout", type=int, default=None, help="seconds per cell (default: no limit)"

@@ -48,23 +48,35 @@ def test_profile_from_environment_and_unknown_name(monkeypatch):
     assert get_profile().name == "cpu"
     assert get_profile("ci").name == "ci"
     monkeypatch.setenv("TUTORIAL_PROFILE", "huge")
-    with pytest.raises(ValueError, match="one of ci, cpu, article"):
+    with pytest.raises(ValueError, match="one of ci, cpu, gpu, article"):
         get_profile()
 
 
 def test_default_profile_follows_the_hardware(monkeypatch):
     monkeypatch.delenv("TUTORIAL_PROFILE", raising=False)
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)
-    assert get_profile().name == "article"
+    assert get_profile().name == "gpu"
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     assert get_profile().name == "cpu"
 
 
 def test_profiles_grow_from_ci_to_article():
-    ci, cpu, article = PROFILES["ci"], PROFILES["cpu"], PROFILES["article"]
+    ci, cpu, gpu, article = (PROFILES[name] for name in ("ci", "cpu", "gpu", "article"))
     assert ci.image_size < cpu.image_size < article.image_size == 224
     assert article.batch_size == 64 and article.epochs == 10
     assert article.memory_budget_bytes == int(2.5 * 2**30)
+    # gpu: the articles' regime (image sizes, batches, card) on less data and fewer epochs
+    regime = ("image_size", "batch_size", "cifar_image_size", "cifar_batch_size")
+    assert all(getattr(gpu, key) == getattr(article, key) for key in regime)
+    assert gpu.memory_budget_bytes == article.memory_budget_bytes
+    assert gpu.dogcat_train_images < article.dogcat_train_images and gpu.epochs < article.epochs
+    assert gpu.dogcat_train_images % gpu.batch_size == 0  # whole batches only
+
+
+def test_every_profile_sized_table_knows_every_profile():
+    from tutorial_utils.lessons.checkpointing_at_scale import DISTRIBUTED_SIZES
+
+    assert set(DISTRIBUTED_SIZES) == set(PROFILES)
 
 
 def run_cli(*args: str, env_profile: str = "ci") -> subprocess.CompletedProcess:

@@ -1,7 +1,8 @@
-"""One knob for how big every experiment is: ``TUTORIAL_PROFILE`` = ci | cpu | article.
+"""One knob for how big every experiment is: ``TUTORIAL_PROFILE`` = ci | cpu | gpu | article.
 
-The same notebook runs in seconds under nbval (``ci``), in minutes on a laptop (``cpu``) and at
-the articles' scale on a GPU (``article``); every figure names the profile it came from.
+The same notebook runs in seconds under nbval (``ci``), in minutes on a laptop (``cpu``), in
+minutes on one consumer or Colab GPU at the articles' image sizes and batches (``gpu``), and at
+the articles' full scale (``article``); every figure names the profile it came from.
 """
 
 from __future__ import annotations
@@ -73,6 +74,30 @@ PROFILES: dict[str, Profile] = {
         use_real_data=True,
         save_epoch_state=True,
     ),
+    # The articles' regime (224 px, batch 64 and 31, the 2.5 GB card) on a data subset sized for
+    # a few minutes per notebook on a T4-class card. Estimate, not a measurement (no GPU has run
+    # it): dry-run FLOPs per step (VGG16 224 px batch 64: 5.9 TFLOP; NetA 224 px batch 31:
+    # 0.88 TFLOP) at about 4 TFLOPS sustained (half a T4's fp32 peak): VGG16 about 1.5 s a step,
+    # 2 runs x 2 epochs x 10 steps plus evaluation about 2-3 min; NetA about 0.2 s a step,
+    # 2 runs x 2 epochs x 50 steps plus 4 x 50 short-training steps about 2 min.
+    "gpu": Profile(
+        name="gpu",
+        description="one consumer or Colab GPU: the articles' 224 px and batches on a data subset",
+        image_size=224,
+        batch_size=64,
+        epochs=2,
+        dogcat_train_images=640,
+        dogcat_test_images=320,
+        cifar_image_size=224,
+        cifar_train_samples=1550,
+        cifar_test_samples=620,
+        cifar_batch_size=31,
+        memory_budget_bytes=int(2.5 * 2**30),
+        sweep_batch_size=32,
+        num_workers=2,
+        use_real_data=True,
+        save_epoch_state=True,
+    ),
     "article": Profile(
         name="article",
         description="the articles' scale: 224 px, batch 64, 10 epochs, full datasets (a GPU)",
@@ -95,10 +120,10 @@ PROFILES: dict[str, Profile] = {
 
 
 def default_profile_name() -> str:
-    """``article`` where CUDA is available, ``cpu`` elsewhere."""
+    """``gpu`` where CUDA is available (``article`` is chosen by name), ``cpu`` elsewhere."""
     import torch  # here, not at the top: the command line parses its arguments before torch loads
 
-    return "article" if torch.cuda.is_available() else "cpu"
+    return "gpu" if torch.cuda.is_available() else "cpu"
 
 
 def get_profile(name: str | None = None) -> Profile:

@@ -68,6 +68,7 @@ class BlockNetConfig:
 DISTRIBUTED_SIZES = {
     "ci": BlockNetConfig(width=128, depth=8, global_batch=1024),
     "cpu": BlockNetConfig(width=256, depth=16, global_batch=2048),
+    "gpu": BlockNetConfig(width=512, depth=16, global_batch=4096),
     "article": BlockNetConfig(width=1024, depth=24, global_batch=8192),
 }
 
