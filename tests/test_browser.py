@@ -98,6 +98,10 @@ WIDGET_REPR_JS = """() => [...document.querySelectorAll('.jp-OutputArea-output')
   .map(e => e.innerText.trim())
   .filter(t => /^(VBox|HBox|IntSlider|FloatSlider|Dropdown|Output|Button)\\(/.test(t))"""
 
+# Every image in cell `index`'s output has loaded and decoded (before that it shows as white space).
+IMAGES_PAINTED_JS = """index => [...[...document.querySelectorAll('.jp-Notebook .jp-Cell')][index]
+  .querySelectorAll('.jp-Cell-outputArea img')].every(img => img.complete && img.naturalWidth > 0)"""
+
 # Indices of the cells whose output holds a slider with a visible, editable readout: the panels.
 PANEL_CELLS_JS = """() => [...document.querySelectorAll('.jp-Notebook .jp-Cell')]
   .map((cell, index) => [...cell.querySelectorAll('.widget-slider .widget-readout')]
@@ -372,6 +376,8 @@ def show_first_panel(page, cell_index: int) -> None:
     page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current").click()
     output = page.locator(".jp-Notebook .jp-Cell").nth(cell_index).locator(".jp-Cell-outputArea")
     output.evaluate("area => area.scrollIntoView({block: 'start'})")
+    page.wait_for_function(IMAGES_PAINTED_JS, arg=cell_index)  # a decoding figure shows blank
+    page.wait_for_timeout(2000)  # and the replaced output has finished its layout
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda path: path.stem)
