@@ -147,7 +147,7 @@ def test_dry_run_step_takes_token_ids():
 
 
 def test_lora_pitfall_counts_the_parameters_left_without_gradient():
-    model = add_lora(build_causal_lm(small_llama_config(layers=4)))
+    model = add_lora(build_causal_lm(small_llama_config(layers=4)), start_trained=True)
     checks = {c.name: c for c in lora_pitfall(model)}
     trainable = [n for n, _ in model.named_parameters() if _.requires_grad]
     first_block = {n for n in trainable if ".layers.0." in n}

@@ -36,14 +36,36 @@ from tutorial_utils.display.plotting import figure_subtitle
 from tutorial_utils.display.widgets import RunPanel, batch_size_slider, int_slider
 from tutorial_utils.lessons.choosing_what_to_checkpoint import pareto_front
 from tutorial_utils.measurement.batch_search import largest_fitting
-from tutorial_utils.measurement.meta_attention import dry_run_context
+from tutorial_utils.measurement.meta_attention import dry_run_context, unpacked_batches_on_meta
 from tutorial_utils.measurement.saved_tensors import OUTSIDE, saved_bytes_per_module
 from tutorial_utils.measurement.step import StepReport, measure_step, next_token_loss
-from tutorial_utils.measurement.tracker import MemoryLimitExceeded
+from tutorial_utils.measurement.tracker import CATEGORIES, MemoryLimitExceeded, TensorMemoryTracker
 from tutorial_utils.units import MB
 
 GB = 1e9  # cards are sold in decimal gigabytes
 ATTENTION = "sdpa"  # what transformers picks by default, and what users run
+
+
+# -- sizes per profile ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What runs for real on this machine; dry runs are at full size in every profile."""
+
+    small_layers: int  # the small Llama of the real steps
+    small_hidden: int
+    small_batch: int
+    small_sequence: int
+    repeats: int  # timed steps per strategy (the fastest is reported)
+    fit_strategies: tuple[str, ...]  # strategies searched for the longest sequence (all: ())
+
+
+SIZES = {
+    "ci": Sizes(2, 128, 2, 128, 1, ("none", "every block (default)")),
+    "cpu": Sizes(4, 256, 4, 512, 3, ()),
+    "article": Sizes(8, 512, 8, 1024, 3, ()),
+}
 
 
 # -- the models ----------------------------------------------------------------------------------
@@ -106,11 +128,30 @@ def build_causal_lm(
     return model.train()
 
 
-def add_lora(model: nn.Module, rank: int = 8, targets: Sequence[str] | None = None) -> nn.Module:
-    """LoRA adapters (``peft``) on a frozen base: only the adapters train."""
+def add_lora(
+    model: nn.Module,
+    rank: int = 8,
+    targets: Sequence[str] | None = None,
+    *,
+    start_trained: bool = False,
+) -> nn.Module:
+    """LoRA adapters (``peft``) on a frozen base: only the adapters train.
+
+    ``peft`` starts every adapter's B at zero, which makes A's first gradient exactly zero;
+    ``start_trained`` draws B as after some training, so every adapter has a gradient to compare.
+    """
     targets = list(targets or ["q_proj", "k_proj", "v_proj", "o_proj"])
     config = LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=targets, lora_dropout=0.0)
-    return get_peft_model(model, config)
+    with warnings.catch_warnings():  # peft reads a property transformers has renamed
+        warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated")
+        lora = get_peft_model(model, config)
+    if start_trained:
+        generator = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for name, parameter in lora.named_parameters():
+                if "lora_B" in name:
+                    parameter.copy_(0.02 * torch.randn(parameter.shape, generator=generator))
+    return lora
 
 
 def decoder_blocks(model: nn.Module) -> list[nn.Module]:
@@ -169,6 +210,7 @@ class TransformerStrategy:
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         if base.is_activation_checkpointing:
             base.activation_checkpointing_disable()
+        base.disable_input_require_grads()  # enabling adds the hook: "none" must not keep it
         if self.kind != "none":
             base.activation_checkpointing_enable(
                 activation_checkpointing_kwargs=self.checkpoint_kwargs(),
@@ -309,6 +351,18 @@ REAL_COLUMNS = (
     ("step_seconds", "step s", "{:.3f}"),
     ("time_ratio", "time vs none", "{:.2f}"),
 )
+
+
+def breakdown_table(reports: dict[str, StepReport]) -> str:
+    """The tracked peak of each step split by category, in MB, headed by how it was obtained."""
+    names = {"optimizer_state": "optimizer", "activations": "activations/other"}
+    width = max(map(len, reports))
+    header = f"{'':<{width}}" + "".join(f"  {names.get(c, c):>17}" for c in CATEGORIES)
+    lines = [next(iter(reports.values())).source, header + f"  {'tracked peak':>13}"]
+    for label, report in reports.items():
+        cells = "".join(f"  {report.breakdown[c] / MB:>17,.0f}" for c in CATEGORIES)
+        lines.append(f"{label:<{width}}{cells}  {report.peak_mb:>13,.0f}")
+    return "\n".join(lines)
 
 
 def rows_table(rows: Sequence[dict]) -> str:
@@ -528,6 +582,30 @@ def layer_formula_table(
     return "\n".join(lines)
 
 
+def attention_paths(config, batch: int, sequence: int) -> str:
+    """One forward and backward at a small size: a real CPU step against two dry runs, one with
+    the kernel a CPU would take (what every dry run here uses) and one with meta's default."""
+    peaks = {}
+    runs = (
+        ("real step on the CPU (measured)", "cpu", contextlib.nullcontext),
+        ("dry run, the CPU's kernel choice", "meta", dry_run_context),
+        ("dry run, meta's default (math path)", "meta", unpacked_batches_on_meta),
+    )
+    for label, device, context in runs:
+        model = build_causal_lm(config, device)
+        ids = token_batch(batch, sequence, device, config.vocab_size)
+        tracker = TensorMemoryTracker(model, device=device)
+        with context(), tracker:
+            next_token_loss(model(ids), ids).backward()
+        peaks[label] = tracker.peak_bytes
+    real = peaks[runs[0][0]]
+    width = max(map(len, peaks))
+    lines = [f"forward + backward, batch {batch}, sequence {sequence}: tracked peak"]
+    for label, peak in peaks.items():
+        lines.append(f"  {label:<{width}}  {peak / MB:>8.2f} MB  ({peak / real - 1:+.1%} vs real)")
+    return "\n".join(lines)
+
+
 # -- the pitfalls ---------------------------------------------------------------------------------
 
 
@@ -666,7 +744,9 @@ def checkpointing_messages(model: nn.Module, ids: torch.Tensor) -> list[str]:
     handler.emit = lambda record: messages.append(record.getMessage())
     logger = logging.getLogger("transformers")
     logger.addHandler(handler)
-    transformers.utils.logging.warning_once.cache_clear()  # shown once per process otherwise
+    hf_logging = transformers.utils.logging
+    hf_logging.disable_default_handler()  # collected here, not printed to stderr as well
+    hf_logging.warning_once.cache_clear()  # shown once per process otherwise
     try:
         with warnings.catch_warnings(record=True) as records:
             warnings.simplefilter("always")
@@ -674,6 +754,7 @@ def checkpointing_messages(model: nn.Module, ids: torch.Tensor) -> list[str]:
             model(ids, use_cache=True)
     finally:
         logger.removeHandler(handler)
+        hf_logging.enable_default_handler()
         model.activation_checkpointing_disable()
     return [str(r.message) for r in records if r.category is FutureWarning] + messages
 
@@ -744,6 +825,12 @@ def longest_sequence(
     start = max(1, math.floor(1 + (budget_bytes - low) / slope))
     best = largest_fitting(fits, max_sequence // unit, start=start)
     return Fit(strategy.name, card, budget_bytes, best * unit, peaks.get(best), trials + 2)
+
+
+def card_budget(gib: int) -> int:
+    """A card's tensor budget: its memory less 10% for the CUDA context, kernel workspaces and
+    the allocator's fragmentation, which the tracker does not see (an assumption, not measured)."""
+    return int(0.9 * gib * 2**30)
 
 
 def fit_table(fits: Sequence[Fit]) -> str:

@@ -64,26 +64,34 @@ def _validate_search(sample_shape, budget_bytes, mode, max_batch) -> None:
 def largest_fitting(fits: Callable[[int], bool], max_value: int, start: int = 1) -> int:
     """Largest v in 1..max_value with fits(v) (0 if none), for a monotone ``fits``.
 
-    Halving down from ``start`` until a value fits, doubling up from it until one does not, then
-    bisection: from ``start=1`` the second article's doubling search; from a good prediction,
-    only a few trials.
+    Galloping from ``start``: steps of 1, 2, 4, ... up while values fit (down while they do not),
+    then bisection between the last fit and the first failure. From ``start=1`` that is the
+    second article's doubling search (1, 2, 4, 8, ...); from a good prediction, two or three
+    trials.
     """
     fits_at, fails_at = 0, max_value + 1
     candidate = min(max(start, 1), max_value)
-    while candidate >= 1:
-        if fits(candidate):
-            fits_at = candidate
-            break
+    step = 1
+    if fits(candidate):
+        fits_at = candidate
+        while fits_at < max_value and fails_at > max_value:
+            candidate = min(fits_at + step, max_value)
+            if fits(candidate):
+                fits_at = candidate
+            else:
+                fails_at = candidate
+            step *= 2
+    else:
         fails_at = candidate
-        candidate //= 2
-    if fits_at == 0:
-        return 0
-    while fails_at > max_value and candidate < max_value:
-        candidate = min(candidate * 2, max_value)
-        if fits(candidate):
-            fits_at = candidate
-        else:
-            fails_at = candidate
+        while fails_at > 1 and fits_at == 0:
+            candidate = max(fails_at - step, 1)
+            if fits(candidate):
+                fits_at = candidate
+            elif candidate == 1:
+                return 0
+            else:
+                fails_at = candidate
+            step *= 2
     while fails_at - fits_at > 1:
         middle = (fits_at + fails_at) // 2
         if fits(middle):
