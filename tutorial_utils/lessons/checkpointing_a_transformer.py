@@ -567,18 +567,26 @@ def layer_formula_table(
         dropout=dropout,
         attention_matrix=not fused,
     )
-    blocks = len(decoder_blocks(model))
+    adapted_label = (
+        f"same derivation: {element_bytes}-byte elements, "
+        f"{'dropout' if dropout else 'no dropout'}, {'no ' if fused else ''}s x s matrix"
+    )
+    figures = {
+        "measured (dry run, saved-tensor hooks, block 0)": measured,
+        "Korthikanti eq. (1): sbh(34 + 5as/h), 16-bit, dropout": paper,
+        adapted_label: adapted,
+    }
+    width = max(map(len, figures))
+    in_blocks = sum(v for k, v in saved.items() if k != OUTSIDE)
     lines = [
-        f"one decoder block, batch {batch}, sequence {sequence}, hidden {hidden}, {heads} heads:",
-        f"  measured (dry run, saved-tensor hooks, block 0)         {measured / MB:>10,.1f} MB",
-        f"  Korthikanti eq. (1), sbh(34 + 5as/h), 16-bit + dropout  {paper / MB:>10,.1f} MB",
-        f"  same derivation, {element_bytes}-byte elements, "
-        f"{'dropout' if dropout else 'no dropout'}, "
-        f"{'no s x s matrix' if fused else 's x s matrix'}"
-        f"{'':<6}{adapted / MB:>10,.1f} MB  (measured / this: {measured / adapted:.2f})",
-        f"  all {blocks} blocks (measured): {sum(v for k, v in saved.items() if k != OUTSIDE) / MB:,.1f} MB;"
-        f" outside the blocks (embeddings, head, loss): {saved[OUTSIDE] / MB:,.1f} MB",
+        f"one decoder block, batch {batch}, sequence {sequence}, hidden {hidden}, {heads} heads:"
     ]
+    lines += [f"  {label:<{width}}  {value / MB:>9,.1f} MB" for label, value in figures.items()]
+    lines.append(f"  measured / same derivation: {measured / adapted:.2f}")
+    lines.append(
+        f"  all {len(decoder_blocks(model))} blocks (measured): {in_blocks / MB:,.1f} MB; outside "
+        f"the blocks (embeddings, head, loss): {saved[OUTSIDE] / MB:,.1f} MB"
+    )
     return "\n".join(lines)
 
 
