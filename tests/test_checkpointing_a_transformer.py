@@ -19,7 +19,7 @@ from tutorial_utils.lessons.checkpointing_a_transformer import (
     default_use_reentrant,
     korthikanti_layer_bytes,
     lm_step,
-    longest_sequence,
+    longest_sequences,
     lora_pitfall,
     next_token_loss,
     small_gpt2_config,
@@ -229,11 +229,14 @@ def test_longest_sequence_is_the_boundary_between_fit_and_not():
     meta = build_causal_lm(small_llama_config(), "meta")
     full = TransformerStrategy("every block", "full")
     budget = lm_step(meta, full, 1, 1500).peak_bytes
-    fit = longest_sequence(meta, full, budget, unit=64, max_sequence=4096, card="test")
+    fit, loose = longest_sequences(
+        meta, full, {"test": budget, "twice": 2 * budget}, unit=64, max_sequence=8192
+    )
     assert fit.sequence == 1472  # the largest multiple of 64 at or below 1500 tokens
     assert fit.peak_bytes <= budget < lm_step(meta, full, 1, fit.sequence + 64).peak_bytes
-    with pytest.raises(ValueError, match="budget_bytes"):
-        longest_sequence(meta, full, 0)
+    assert loose.sequence > fit.sequence and loose.peak_bytes <= 2 * budget
+    with pytest.raises(ValueError, match="positive budgets"):
+        longest_sequences(meta, full, {"none": 0})
 
 
 def test_explorer_computes_a_figure_and_a_line_for_the_chosen_strategy():

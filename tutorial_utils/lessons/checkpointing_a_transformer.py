@@ -38,7 +38,12 @@ from tutorial_utils.lessons.choosing_what_to_checkpoint import pareto_front
 from tutorial_utils.measurement.batch_search import largest_fitting
 from tutorial_utils.measurement.meta_attention import dry_run_context, unpacked_batches_on_meta
 from tutorial_utils.measurement.saved_tensors import OUTSIDE, saved_bytes_per_module
-from tutorial_utils.measurement.step import StepReport, measure_step, next_token_loss
+from tutorial_utils.measurement.step import (
+    StepReport,
+    measure_step,
+    next_token_loss,
+    timed_steps,
+)
 from tutorial_utils.measurement.tracker import CATEGORIES, MemoryLimitExceeded, TensorMemoryTracker
 from tutorial_utils.units import MB
 
@@ -305,10 +310,34 @@ def strategy_rows(
     *,
     repeats: int = 1,
 ) -> list[dict]:
-    """One ``lm_step`` per strategy, as rows; ratios to the first (which should be "none")."""
+    """One ``lm_step`` per strategy, as rows; ratios to the first (which should be "none").
+
+    On a real device the memory comes from one tracked step each, and the time from ``repeats``
+    rounds that alternate the strategies, one timed step each (after a warm-up), so that a shared
+    machine's changing load falls on all of them; the fastest of each is reported.
+    """
+    reports = [lm_step(model, strategy, batch, sequence, timed=False) for strategy in menu]
+    device = next(model.parameters()).device.type
+    seconds: list[float | None] = [None] * len(menu)
+    if device != "meta":
+        ids = token_batch(batch, sequence, device, model.config.vocab_size)
+        optimizers = [adamw(model.parameters()) for _ in menu]
+        durations: list[list[float]] = [[] for _ in menu]
+        for round_index in range(repeats):
+            for index, strategy in enumerate(menu):
+                strategy.apply(model)
+                optimizer = optimizers[index]
+
+                def step(optimizer=optimizer) -> None:
+                    optimizer.zero_grad(set_to_none=True)
+                    next_token_loss(model(ids), ids).backward()
+                    optimizer.step()
+
+                durations[index] += timed_steps(step, device, 1, warm_up=round_index == 0)
+        model.zero_grad(set_to_none=True)
+        seconds = [min(d) for d in durations]
     rows = []
-    for strategy in menu:
-        report = lm_step(model, strategy, batch, sequence, repeats=repeats)
+    for strategy, report, time_s in zip(menu, reports, seconds, strict=True):
         rows.append(
             {
                 "checkpointing": strategy.name,
@@ -316,7 +345,7 @@ def strategy_rows(
                 "tracked_peak_mb": report.peak_mb,
                 "activations_mb": report.breakdown["activations"] / MB,
                 "activation_peak_mb": report.activation_peak_mb,
-                "step_seconds": report.seconds,
+                "step_seconds": time_s,
                 "recompute_gflop": None if report.flops is None else report.flops.recompute / 1e9,
                 "step_gflop": None if report.flops is None else report.flops.total / 1e9,
                 "source": report.source,
@@ -424,11 +453,15 @@ def plot_strategies(rows: Sequence[dict], title: str, highlight: str | None = No
         alpha=0.4,
         label="Pareto front",
     )
+    labels: dict[tuple[float, float], list[str]] = {}  # strategies on the same point share one
     for row in rows:
-        chosen = row["checkpointing"] == highlight
+        point = (row["recompute_gflop"], row["tracked_peak_mb"] / 1024)
+        labels.setdefault(point, []).append(row["checkpointing"])
+    for point, names in labels.items():
+        chosen = highlight in names
         ax.annotate(
-            row["checkpointing"],
-            (row["recompute_gflop"], row["tracked_peak_mb"] / 1024),
+            " = ".join(names),
+            point,
             textcoords="offset points",
             xytext=(5, 4),
             fontsize=8 if chosen else 7,
@@ -436,8 +469,8 @@ def plot_strategies(rows: Sequence[dict], title: str, highlight: str | None = No
         )
         if chosen:
             ax.scatter(
-                [row["recompute_gflop"]],
-                [row["tracked_peak_mb"] / 1024],
+                [point[0]],
+                [point[1]],
                 s=260,
                 facecolors="none",
                 edgecolors="#c44e52",
@@ -794,45 +827,47 @@ class Fit:
     budget_bytes: int
     sequence: int  # tokens; 0 if not even one unit fits
     peak_bytes: int | None  # the dry run's peak at ``sequence``
-    trials: int
+    trials: int  # dry runs that searched for it (besides the two shared predicting ones)
 
 
-def longest_sequence(
+def longest_sequences(
     model: nn.Module,
     strategy: TransformerStrategy,
-    budget_bytes: int,
+    budgets: dict[str, int],
     *,
     batch: int = 1,
     unit: int = 256,
     max_sequence: int = 131072,
-    card: str = "",
-) -> Fit:
-    """The longest multiple of ``unit`` tokens whose step's tracked peak fits ``budget_bytes``.
+) -> list[Fit]:
+    """For each card in ``budgets``, the longest multiple of ``unit`` tokens whose step's tracked
+    peak fits its budget.
 
     Two dry runs predict a start (the peak grows about linearly in the sequence once attention
-    keeps no s x s matrix), then ``largest_fitting`` confirms it by dry runs that stop as soon
-    as they exceed the budget: the answer is measured, the line only saves trials.
+    keeps no s x s matrix), then ``largest_fitting`` confirms each answer by dry runs that stop as
+    soon as they exceed the budget: the answers are measured, the line only saves trials.
     """
-    if budget_bytes <= 0 or unit < 2:
-        raise ValueError(f"need budget_bytes > 0 and unit >= 2, got {budget_bytes}, {unit}")
-    peaks: dict[int, int] = {}
-    trials = 0
-
-    def fits(units: int) -> bool:
-        nonlocal trials
-        trials += 1
-        try:
-            report = lm_step(model, strategy, batch, units * unit, limit_bytes=budget_bytes)
-        except MemoryLimitExceeded:
-            return False
-        peaks[units] = report.peak_bytes
-        return True
-
+    if not budgets or min(budgets.values()) <= 0 or unit < 2:
+        raise ValueError(f"need positive budgets_bytes and unit >= 2, got {budgets}, {unit}")
     low, high = (lm_step(model, strategy, batch, n * unit).peak_bytes for n in (1, 2))
     slope = max(high - low, 1)
-    start = max(1, math.floor(1 + (budget_bytes - low) / slope))
-    best = largest_fitting(fits, max_sequence // unit, start=start)
-    return Fit(strategy.name, card, budget_bytes, best * unit, peaks.get(best), trials + 2)
+    fits = []
+    for card, budget in budgets.items():
+        peaks: dict[int, int] = {}  # units -> peak bytes of the trials that fit
+        tried: list[int] = []
+
+        def fits_in(units: int, budget: int = budget, peaks: dict = peaks, tried=tried) -> bool:
+            tried.append(units)
+            try:
+                report = lm_step(model, strategy, batch, units * unit, limit_bytes=budget)
+            except MemoryLimitExceeded:
+                return False
+            peaks[units] = report.peak_bytes
+            return True
+
+        start = max(1, math.floor(1 + (budget - low) / slope))
+        best = largest_fitting(fits_in, max_sequence // unit, start=start)
+        fits.append(Fit(strategy.name, card, budget, best * unit, peaks.get(best), len(tried)))
+    return fits
 
 
 def card_budget(gib: int) -> int:
