@@ -11,6 +11,7 @@ from tutorial_utils.checkpointing.selective import MATRIX_PRODUCT_OPS, saving_po
 from tutorial_utils.lessons.checkpointing_a_transformer import (
     StrategyExplorer,
     TransformerStrategy,
+    adamw,
     add_lora,
     block_saved_bytes,
     build_causal_lm,
@@ -21,7 +22,6 @@ from tutorial_utils.lessons.checkpointing_a_transformer import (
     lm_step,
     longest_sequences,
     lora_pitfall,
-    next_token_loss,
     small_gpt2_config,
     small_llama_config,
     strategy_menu,
@@ -38,6 +38,7 @@ from tutorial_utils.measurement.meta_attention import (
     unpacked_batches_on_meta,
 )
 from tutorial_utils.measurement.saved_tensors import OUTSIDE, saved_bytes_per_module
+from tutorial_utils.measurement.step import measure_step, next_token_loss
 from tutorial_utils.measurement.tracker import TensorMemoryTracker
 
 CONFIGS = {
@@ -128,9 +129,6 @@ def test_meta_attention_takes_the_kernel_a_cpu_step_takes():
 def test_flop_counting_leaves_the_dry_run_peak_unchanged():
     meta = build_causal_lm(small_llama_config(), "meta")
     ids = token_batch(BATCH, SEQUENCE, "meta", 1000)
-    from tutorial_utils.lessons.checkpointing_a_transformer import adamw
-    from tutorial_utils.measurement.step import measure_step
-
     counted, plain = (
         measure_step(meta, ids, ids, 0, adamw(meta.parameters()), next_token_loss, count_flops=c)
         for c in (True, False)
@@ -225,7 +223,7 @@ def test_largest_fitting_finds_the_boundary_from_any_start(start, answer):
     assert len(tried) <= 16
 
 
-def test_longest_sequence_is_the_boundary_between_fit_and_not():
+def test_longest_sequences_are_the_boundary_between_fit_and_not():
     meta = build_causal_lm(small_llama_config(), "meta")
     full = TransformerStrategy("every block", "full")
     budget = lm_step(meta, full, 1, 1500).peak_bytes
@@ -255,8 +253,7 @@ def test_bad_input_gets_a_one_line_error():
     with pytest.raises(ValueError, match="ops is empty"):
         saving_policy(frozenset())
     assert saving_policy(MATRIX_PRODUCT_OPS)(None, torch.ops.aten.mm.default).name == "MUST_SAVE"
-    if not torch.cuda.is_available():
-        with pytest.raises(ValueError, match="run it on CUDA"):
-            TransformerStrategy("offload", "offload", offload=True).apply(
-                build_causal_lm(small_gpt2_config(), "meta")
-            )
+    with pytest.raises(ValueError, match="run it on CUDA"):
+        TransformerStrategy("offload", "offload", offload=True).apply(
+            build_causal_lm(small_gpt2_config(), "meta")
+        )

@@ -68,7 +68,7 @@ class Sizes:
 
 SIZES = {
     "ci": Sizes(2, 128, 2, 128, 1, ("none", "every block (default)")),
-    "cpu": Sizes(4, 256, 4, 512, 3, ()),
+    "cpu": Sizes(4, 256, 2, 256, 7, ()),
     "article": Sizes(8, 512, 8, 1024, 3, ()),
 }
 
@@ -210,7 +210,7 @@ class TransformerStrategy:
 
     def apply(self, model: nn.Module) -> nn.Module:
         """Switch ``model`` to this strategy (from whatever it had before)."""
-        if self.offload and not torch.cuda.is_available():
+        if self.offload and next(model.parameters()).device.type != "cuda":
             raise ValueError(f"{self.name!r} moves activations off a GPU: run it on CUDA")
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         if base.is_activation_checkpointing:
