@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn as nn
 
+from tutorial_utils.articles.profiles import PROFILES
 from tutorial_utils.checkpointing.blocks import checkpointed_blocks
 from tutorial_utils.checkpointing.selective import MATRIX_PRODUCT_OPS, saving_policy
 from tutorial_utils.lessons.checkpointing_a_transformer import (
@@ -22,6 +23,7 @@ from tutorial_utils.lessons.checkpointing_a_transformer import (
     lm_step,
     longest_sequences,
     lora_pitfall,
+    sizes_for,
     small_gpt2_config,
     small_llama_config,
     strategy_menu,
@@ -257,3 +259,9 @@ def test_bad_input_gets_a_one_line_error():
         TransformerStrategy("offload", "offload", offload=True).apply(
             build_causal_lm(small_gpt2_config(), "meta")
         )
+
+
+def test_every_profile_has_sizes_and_an_unknown_one_says_what_to_do():
+    assert all(sizes_for(name).repeats >= 1 for name in PROFILES)
+    with pytest.raises(ValueError, match="add it to SIZES"):
+        sizes_for("laptop")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -38,12 +39,7 @@ from tutorial_utils.lessons.choosing_what_to_checkpoint import pareto_front
 from tutorial_utils.measurement.batch_search import largest_fitting
 from tutorial_utils.measurement.meta_attention import dry_run_context, unpacked_batches_on_meta
 from tutorial_utils.measurement.saved_tensors import OUTSIDE, saved_bytes_per_module
-from tutorial_utils.measurement.step import (
-    StepReport,
-    measure_step,
-    next_token_loss,
-    timed_steps,
-)
+from tutorial_utils.measurement.step import StepReport, measure_step, next_token_loss
 from tutorial_utils.measurement.tracker import CATEGORIES, MemoryLimitExceeded, TensorMemoryTracker
 from tutorial_utils.units import MB
 
@@ -69,8 +65,20 @@ class Sizes:
 SIZES = {
     "ci": Sizes(2, 128, 2, 128, 1, ("none", "every block (default)")),
     "cpu": Sizes(4, 256, 2, 256, 7, ()),
-    "article": Sizes(8, 512, 8, 1024, 3, ()),
+    "gpu": Sizes(8, 512, 8, 1024, 7, ()),
+    "article": Sizes(8, 512, 8, 1024, 7, ()),
 }
+
+
+def sizes_for(profile_name: str) -> Sizes:
+    """This notebook's sizes for a profile (``articles.profiles``)."""
+    try:
+        return SIZES[profile_name]
+    except KeyError:
+        raise ValueError(
+            f"no notebook-06 sizes for profile {profile_name!r}: add it to SIZES "
+            f"(known: {', '.join(SIZES)})"
+        ) from None
 
 
 # -- the models ----------------------------------------------------------------------------------
@@ -323,17 +331,17 @@ def strategy_rows(
         ids = token_batch(batch, sequence, device, model.config.vocab_size)
         optimizers = [adamw(model.parameters()) for _ in menu]
         durations: list[list[float]] = [[] for _ in menu]
-        for round_index in range(repeats):
-            for index, strategy in enumerate(menu):
+        for round_index in range(repeats + 1):  # round 0 warms up (and creates AdamW's state)
+            for index, (strategy, optimizer) in enumerate(zip(menu, optimizers, strict=True)):
                 strategy.apply(model)
-                optimizer = optimizers[index]
-
-                def step(optimizer=optimizer) -> None:
-                    optimizer.zero_grad(set_to_none=True)
-                    next_token_loss(model(ids), ids).backward()
-                    optimizer.step()
-
-                durations[index] += timed_steps(step, device, 1, warm_up=round_index == 0)
+                started = time.perf_counter()
+                optimizer.zero_grad(set_to_none=True)
+                next_token_loss(model(ids), ids).backward()
+                optimizer.step()
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                if round_index:
+                    durations[index].append(time.perf_counter() - started)
         model.zero_grad(set_to_none=True)
         seconds = [min(d) for d in durations]
     rows = []

@@ -191,28 +191,6 @@ def _forward_backward_step(model, inputs, targets, segments, optimizer, loss_fn)
             optimizer.step()
 
 
-def timed_steps(
-    step: Callable[[], None], device: torch.device | str, repeats: int, *, warm_up: bool = True
-) -> list[float]:
-    """Wall seconds of ``repeats`` calls of ``step`` (after one untimed warm-up call, which also
-    creates lazily allocated optimizer state), synchronised on CUDA.
-
-    ``measure_step`` reports the fastest; alternating the steps of several setups, one repeat at
-    a time, spreads a shared machine's changing load over all of them.
-    """
-    device = torch.device(device)
-    if warm_up:
-        step()
-    durations = []
-    for _ in range(repeats):
-        _synchronize(device)
-        started = time.perf_counter()
-        step()
-        _synchronize(device)
-        durations.append(time.perf_counter() - started)
-    return durations
-
-
 def measure_step(
     model: nn.Module,
     inputs: torch.Tensor,
@@ -272,7 +250,15 @@ def measure_step(
     if not time_step or dry_run:  # a dry run has no time to measure
         prime_optimizer_state(optimizer)
     else:
-        seconds = min(timed_steps(step, device, repeats))
+        step()
+        durations = []
+        for _ in range(repeats):
+            _synchronize(device)
+            started = time.perf_counter()
+            step()
+            _synchronize(device)
+            durations.append(time.perf_counter() - started)
+        seconds = min(durations)
 
     optimizer.zero_grad(set_to_none=True)
     cuda_before = None
