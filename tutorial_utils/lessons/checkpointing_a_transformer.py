@@ -15,6 +15,7 @@ import math
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
@@ -330,20 +331,21 @@ def strategy_rows(
     timings: list[Timing | None] = [None] * len(menu)
     if device != "meta":
         ids = token_batch(batch, sequence, device, model.config.vocab_size)
-        steps = {}
+        steps, switches = {}, {}
         for index, strategy in enumerate(menu):
             optimizer = adamw(model.parameters())
 
-            def step(strategy=strategy, optimizer=optimizer) -> None:
-                strategy.apply(model)
+            def step(optimizer=optimizer) -> None:
                 optimizer.zero_grad(set_to_none=True)
                 next_token_loss(model(ids), ids).backward()
                 optimizer.step()
 
+            switches[index] = partial(strategy.apply, model)  # untimed, before each turn
+            switches[index]()
             step()  # warm-up: creates AdamW's state
             steps[index] = step
         sync = torch.cuda.synchronize if device == "cuda" else lambda: None
-        measured = time_interleaved(steps, repeats, sync)
+        measured = time_interleaved(steps, repeats, sync, setups=switches)
         model.zero_grad(set_to_none=True)
         timings = [measured[index] for index in range(len(menu))]
     rows = []
