@@ -48,6 +48,9 @@ def test_interleaved_timing_takes_turns() -> None:
     timings = time_interleaved({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, 3)
     assert order == ["a", "b"] * 3
     assert {name: t.repeats for name, t in timings.items()} == {"a": 3, "b": 3}
+    order.clear()
+    time_interleaved({"a": lambda: order.append("a")}, 2, setups={"a": lambda: order.append("s")})
+    assert order == ["s", "a", "s", "a"]
     with pytest.raises(ValueError, match="at least 1"):
         time_interleaved({"a": lambda: None}, 0)
 

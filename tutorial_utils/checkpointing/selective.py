@@ -14,12 +14,16 @@ when the model runs on a GPU; on a CPU the tensors are in host memory already.
 
 Both objects have the ``forward(model, x, use_reentrant, preserve_rng_state)`` of a
 ``planner.Plan``, so ``forward_segments``, ``measure_step`` and ``train_model`` accept them in
-place of a segment count.
+place of a segment count. ``selective_context_fn(ops)`` is the same policy for any set of ops, in
+the form ``checkpoint(..., context_fn=...)`` takes (and ``transformers`` passes on from
+``activation_checkpointing_kwargs``): the PyTorch blog's "save the matrix products" policy for a
+transformer block, or one that also saves the attention kernel's output.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -45,13 +49,39 @@ EXPENSIVE_OPS = frozenset(
 )
 
 
-def save_expensive_ops_policy(ctx, op, *args, **kwargs) -> CheckpointPolicy:
-    """The policy: keep the outputs of ``EXPENSIVE_OPS``, recompute everything else."""
-    return CheckpointPolicy.MUST_SAVE if op in EXPENSIVE_OPS else CheckpointPolicy.PREFER_RECOMPUTE
+# A transformer block's matrix products (linear layers and the math path's attention products).
+MATRIX_PRODUCT_OPS = frozenset({aten.mm.default, aten.addmm.default, aten.bmm.default})
+
+# Fused attention kernels, one per backend: saving their output skips attention's recompute.
+ATTENTION_OPS = frozenset(
+    {
+        aten._scaled_dot_product_flash_attention_for_cpu.default,
+        aten._scaled_dot_product_flash_attention.default,
+        aten._scaled_dot_product_efficient_attention.default,
+        aten._scaled_dot_product_cudnn_attention.default,
+    }
+)
 
 
-def _selective_context():
-    return create_selective_checkpoint_contexts(save_expensive_ops_policy)
+def saving_policy(ops: frozenset) -> Callable[..., CheckpointPolicy]:
+    """A policy that keeps the outputs of ``ops`` and recomputes everything else."""
+    if not ops:
+        raise ValueError("ops is empty: pass e.g. MATRIX_PRODUCT_OPS (an empty set is full AC)")
+
+    def policy(ctx, op, *args, **kwargs) -> CheckpointPolicy:
+        return CheckpointPolicy.MUST_SAVE if op in ops else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return policy
+
+
+def selective_context_fn(ops: frozenset) -> Callable[[], tuple]:
+    """``checkpoint(..., use_reentrant=False, context_fn=selective_context_fn(ops))``."""
+    return functools.partial(create_selective_checkpoint_contexts, saving_policy(ops))
+
+
+# The policy of `SelectiveCheckpoint`: keep convolutions and matrix products, recompute the rest.
+save_expensive_ops_policy = saving_policy(EXPENSIVE_OPS)
+_selective_context = selective_context_fn(EXPENSIVE_OPS)
 
 
 @dataclass(frozen=True)

@@ -61,23 +61,44 @@ def _validate_search(sample_shape, budget_bytes, mode, max_batch) -> None:
         raise ValueError(f"max_batch must be at least 1, got {max_batch}")
 
 
-def _search(try_batch: Callable[[int], bool], max_batch: int) -> int:
-    """Largest b in 1..max_batch with try_batch(b), by doubling then bisection (fit is monotone)."""
-    fits, fails = 0, max_batch + 1
-    candidate = 1
-    while candidate < fails:
-        if try_batch(candidate):
-            fits = candidate
-            candidate = min(candidate * 2, max_batch) if candidate < max_batch else fails
+def largest_fitting(fits: Callable[[int], bool], max_value: int, start: int = 1) -> int:
+    """Largest v in 1..max_value with fits(v) (0 if none), for a monotone ``fits``.
+
+    Galloping from ``start``: steps of 1, 2, 4, ... up while values fit (down while they do not),
+    then bisection between the last fit and the first failure. From ``start=1`` that is the
+    second article's doubling search (1, 2, 4, 8, ...); from a good prediction, two or three
+    trials.
+    """
+    fits_at, fails_at = 0, max_value + 1
+    candidate = min(max(start, 1), max_value)
+    step = 1
+    if fits(candidate):
+        fits_at = candidate
+        while fits_at < max_value and fails_at > max_value:
+            candidate = min(fits_at + step, max_value)
+            if fits(candidate):
+                fits_at = candidate
+            else:
+                fails_at = candidate
+            step *= 2
+    else:
+        fails_at = candidate
+        while fails_at > 1 and fits_at == 0:
+            candidate = max(fails_at - step, 1)
+            if fits(candidate):
+                fits_at = candidate
+            elif candidate == 1:
+                return 0
+            else:
+                fails_at = candidate
+            step *= 2
+    while fails_at - fits_at > 1:
+        middle = (fits_at + fails_at) // 2
+        if fits(middle):
+            fits_at = middle
         else:
-            fails = candidate
-    while fails - fits > 1:
-        middle = (fits + fails) // 2
-        if try_batch(middle):
-            fits = middle
-        else:
-            fails = middle
-    return fits
+            fails_at = middle
+    return fits_at
 
 
 def find_max_batch_size(
@@ -165,14 +186,14 @@ def find_max_batch_size(
     if mode == "cuda":
         best = _search_on_small_card(try_batch, max_batch, budget_bytes, device)
     else:
-        best = _search(try_batch, max_batch)
+        best = largest_fitting(try_batch, max_batch)
     return MaxBatchResult(best, trials, budget_bytes, segments, mode, str(device))
 
 
 def _search_on_small_card(
     try_batch: Callable[[int], bool], max_batch: int, budget_bytes: int, device: torch.device
 ) -> int:
-    """``_search`` with the CUDA allocator capped at ``budget_bytes``, restored afterwards."""
+    """``largest_fitting`` with the CUDA allocator capped at ``budget_bytes``, restored afterwards."""
     total = torch.cuda.get_device_properties(device).total_memory
     if budget_bytes > total:
         raise ValueError(f"budget_bytes={budget_bytes} exceeds the device's {total} bytes")
@@ -181,7 +202,7 @@ def _search_on_small_card(
     torch.cuda.empty_cache()
     torch.cuda.set_per_process_memory_fraction(budget_bytes / total, device)
     try:
-        return _search(try_batch, max_batch)
+        return largest_fitting(try_batch, max_batch)
     finally:
         torch.cuda.set_per_process_memory_fraction(previous, device)
         torch.cuda.empty_cache()

@@ -20,6 +20,7 @@ from tutorial_utils.measurement.step import (
     StepReport,
     default_optimizer,
     measure_step,
+    next_token_loss,
 )
 
 
@@ -59,6 +60,7 @@ def dry_run_step(
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     round_to_blocks: bool = False,
     record_timeline: bool = False,
+    token_ids: bool = False,
 ) -> StepReport:
     """One training step of ``model`` on a batch of ``input_shape``, as a dry run.
 
@@ -66,13 +68,24 @@ def dry_run_step(
     copied there first (``meta_copy``), so the caller's weights are untouched. Targets are class
     indices, one per sample (cross-entropy, the default loss). The optimizer (default SGD with
     momentum, as in the first article) has its state before the step, as in a training loop.
+
+    ``token_ids=True`` is for a language model (a ``transformers`` causal LM, say): the inputs are
+    token ids of ``input_shape = (batch, sequence)``, the targets the same ids and the default
+    loss ``next_token_loss``.
     """
     if len(input_shape) < 2 or any(int(side) <= 0 for side in input_shape):
         raise ValueError(f"input_shape must be (batch, ...) with positive sides, got {input_shape}")
     run = on_meta(model)
     batch = int(input_shape[0])
-    inputs = torch.empty(tuple(int(side) for side in input_shape), device="meta")
-    targets = torch.empty(batch, dtype=torch.long, device="meta")
+    shape = tuple(int(side) for side in input_shape)
+    if token_ids:
+        if len(shape) != 2:
+            raise ValueError(f"token_ids needs input_shape (batch, sequence), got {input_shape}")
+        inputs = targets = torch.empty(shape, dtype=torch.long, device="meta")
+        loss_fn = loss_fn if loss_fn is not None else next_token_loss
+    else:
+        inputs = torch.empty(shape, device="meta")
+        targets = torch.empty(batch, dtype=torch.long, device="meta")
     factory = optimizer_factory if optimizer_factory is not None else default_optimizer
     return measure_step(
         run,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
 from tutorial_utils.measurement.phases import PHASES, current_phase
@@ -60,11 +61,43 @@ class StepFlops:
         return self.total / plain.total
 
 
+# PyTorch's formulas, plus the CPU's fused attention kernels (the same FLOPs as the CUDA flash
+# kernel's, whose formulas read the same leading arguments: query, key, value; grad first).
+_aten = torch.ops.aten
+FORMULAS = {
+    **flop_registry,
+    _aten._scaled_dot_product_flash_attention_for_cpu: flop_registry[
+        _aten._scaled_dot_product_flash_attention
+    ],
+    _aten._scaled_dot_product_flash_attention_for_cpu_backward: flop_registry[
+        _aten._scaled_dot_product_flash_attention_backward
+    ],
+}
+
+_BACKEND_KEYS = {
+    "cpu": torch._C.DispatchKey.CPU,
+    "cuda": torch._C.DispatchKey.CUDA,
+    "meta": torch._C.DispatchKey.Meta,
+}
+
+
+def _has_own_kernel(func, args, kwargs) -> bool:
+    """True when ``func`` has a kernel of its own for its tensors' device (``silu_backward``
+    does, besides a decomposition): decomposing it would run, and allocate, other ops than the
+    real step runs, and an op with its own kernel has no matrix product inside to count."""
+    for value in tree_leaves((args, kwargs)):
+        if isinstance(value, torch.Tensor):
+            key = _BACKEND_KEYS.get(value.device.type)
+            return key is not None and func.has_kernel_for_dispatch_key(key)
+    return False
+
+
 class StepFlopCounter(TorchDispatchMode):
     """Counts the FLOPs of every op inside ``with counter:``, per phase, on any device.
 
     Ops without a formula are decomposed where PyTorch can (as ``FlopCounterMode`` does), so a
-    composite op is counted through the matrix products it is made of.
+    composite op is counted through the matrix products it is made of; never an op with a
+    kernel of its own for the device, so counting does not change what the step allocates.
     """
 
     def __init__(self) -> None:
@@ -76,14 +109,18 @@ class StepFlopCounter(TorchDispatchMode):
         if func in _METADATA_OPS:
             return NotImplemented
         packet = func._overloadpacket
-        if packet not in flop_registry and func is not torch.ops.prim.device.default:
+        if (
+            packet not in FORMULAS
+            and func is not torch.ops.prim.device.default
+            and not _has_own_kernel(func, args, kwargs)
+        ):
             with self:
                 decomposed = func.decompose(*args, **kwargs)
             if decomposed is not NotImplemented:
                 return decomposed
         out = func(*args, **kwargs)
-        if packet in flop_registry:
-            self.counts[current_phase()] += int(flop_registry[packet](*args, **kwargs, out_val=out))
+        if packet in FORMULAS:
+            self.counts[current_phase()] += int(FORMULAS[packet](*args, **kwargs, out_val=out))
         return out
 
     def result(self) -> StepFlops:

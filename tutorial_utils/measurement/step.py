@@ -23,6 +23,7 @@ import torch.nn as nn
 
 from tutorial_utils.checkpointing.segments import forward_segments
 from tutorial_utils.measurement.flops import StepFlopCounter, StepFlops
+from tutorial_utils.measurement.meta_attention import dry_run_context
 from tutorial_utils.measurement.nvml import (
     NvmlReading,
     cuda_memory_figures,
@@ -123,6 +124,19 @@ def adam_optimizer(parameters: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
     return torch.optim.Adam(parameters, lr=1e-3)
 
 
+def next_token_loss(outputs: Any, token_ids: torch.Tensor) -> torch.Tensor:
+    """A causal language model's loss: position t predicts token t+1 (as ``labels=`` computes it).
+
+    ``outputs`` is the model's output (``.logits`` is read when present, as on a ``transformers``
+    model) and ``token_ids`` the input ids, so ``measure_step(model, ids, ids, loss_fn=...)``
+    trains a model whose forward takes token ids.
+    """
+    logits = getattr(outputs, "logits", outputs)[:, :-1]
+    return nn.functional.cross_entropy(
+        logits.reshape(-1, logits.size(-1)).float(), token_ids[:, 1:].reshape(-1)
+    )
+
+
 def prime_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
     """Create lazily allocated optimizer state with one step on zero gradients.
 
@@ -164,14 +178,18 @@ def _synchronize(device: torch.device) -> None:
 
 
 def _forward_backward_step(model, inputs, targets, segments, optimizer, loss_fn) -> None:
-    """Forward, loss, backward, optimizer step; gradients are expected to be None on entry."""
-    with step_phase("forward"):
-        outputs = _forward(model, inputs, segments)
-        loss = loss_fn(outputs, targets)
-    with step_phase("backward"):
-        loss.backward()
-    with step_phase("optimizer"):
-        optimizer.step()
+    """Forward, loss, backward, optimizer step; gradients are expected to be None on entry.
+
+    On the meta device attention takes the kernel a CPU step would (``dry_run_context``)."""
+    on_meta = inputs.device.type == "meta"
+    with dry_run_context() if on_meta else contextlib.nullcontext():
+        with step_phase("forward"):
+            outputs = _forward(model, inputs, segments)
+            loss = loss_fn(outputs, targets)
+        with step_phase("backward"):
+            loss.backward()
+        with step_phase("optimizer"):
+            optimizer.step()
 
 
 def measure_step(
@@ -209,7 +227,8 @@ def measure_step(
     cross-entropy, as in the first article.
 
     On the meta device the step is a dry run: nothing is timed (``seconds`` is None) and the
-    FLOPs of each phase are counted instead (``count_flops`` defaults to True there only).
+    FLOPs of each phase are counted instead (``count_flops`` defaults to True there only), and
+    attention runs the kernel a CPU step would (``meta_attention.dry_run_context``).
     ``round_to_blocks`` counts storages in CUDA's 512-byte blocks; ``record_timeline`` keeps the
     op-by-op timeline with bytes per category.
     """

@@ -84,13 +84,18 @@ def time_interleaved(
     works: Mapping[str, Callable[[], object]],
     repeats: int,
     synchronize: Callable[[], None] = lambda: None,
+    setups: Mapping[str, Callable[[], object]] | None = None,
 ) -> dict[str, Timing]:
-    """Time each of ``works`` ``repeats`` times, in turns (a, b, c, a, b, c, ...)."""
+    """Time each of ``works`` ``repeats`` times, in turns (a, b, c, a, b, c, ...); ``setups``
+    of the same name run untimed before each of its turns (switching a shared model to it)."""
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
+    setups = setups or {}
     durations: dict[str, list[float]] = {name: [] for name in works}
     for _ in range(repeats):
         for name, work in works.items():
+            if name in setups:
+                setups[name]()
             durations[name].extend(time_repeats(work, 1, synchronize).durations)
     return {name: Timing.of(values) for name, values in durations.items()}
 

@@ -1,0 +1,284 @@
+"""Notebook 06's mechanics on small transformers: strategies, dry runs, the LoRA pitfall, fits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+from tutorial_utils.articles.profiles import PROFILES
+from tutorial_utils.checkpointing.blocks import checkpointed_blocks
+from tutorial_utils.checkpointing.selective import MATRIX_PRODUCT_OPS, saving_policy
+from tutorial_utils.lessons.checkpointing_a_transformer import (
+    StrategyExplorer,
+    TransformerStrategy,
+    adamw,
+    add_lora,
+    block_saved_bytes,
+    build_causal_lm,
+    checkpointing_messages,
+    decoder_blocks,
+    default_use_reentrant,
+    korthikanti_layer_bytes,
+    lm_step,
+    longest_sequences,
+    lora_pitfall,
+    sizes_for,
+    small_gpt2_config,
+    small_llama_config,
+    strategy_menu,
+    strategy_rows,
+    token_batch,
+    trainable_parameters,
+)
+from tutorial_utils.measurement.batch_search import largest_fitting
+from tutorial_utils.measurement.dry_run import dry_run_step
+from tutorial_utils.measurement.meta_attention import (
+    FLASH,
+    cpu_attention_backend,
+    dry_run_context,
+    unpacked_batches_on_meta,
+)
+from tutorial_utils.measurement.saved_tensors import OUTSIDE, saved_bytes_per_module
+from tutorial_utils.measurement.step import measure_step, next_token_loss
+from tutorial_utils.measurement.tracker import TensorMemoryTracker
+
+CONFIGS = {
+    "llama": lambda: small_llama_config(layers=3, hidden=64),
+    "gpt2": lambda: small_gpt2_config(layers=3, hidden=64),
+}
+BATCH, SEQUENCE = 2, 64
+ADAM_STEP_BYTES = 4  # AdamW's float32 step counter per parameter, kept on the CPU
+
+
+def menu_for(model):
+    return strategy_menu(len(decoder_blocks(model)))
+
+
+@pytest.mark.parametrize("kind", CONFIGS)
+def test_dry_run_peak_equals_a_cpu_step_under_every_strategy(kind):
+    cpu = build_causal_lm(CONFIGS[kind]())
+    meta = build_causal_lm(CONFIGS[kind](), "meta")
+    step_counters = ADAM_STEP_BYTES * len(trainable_parameters(cpu))
+    for strategy in menu_for(cpu):
+        real = lm_step(cpu, strategy, BATCH, SEQUENCE, timed=False)
+        dry = lm_step(meta, strategy, BATCH, SEQUENCE)
+        # the only difference: Adam's step counters, CPU tensors a meta-device count leaves out
+        assert real.peak_bytes - dry.peak_bytes == step_counters, strategy.name
+        assert dry.dry_run and dry.seconds is None and real.seconds is None
+
+
+def _gradients(model, ids):
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(1)  # the same dropout masks in every run
+    next_token_loss(model(ids), ids).backward()
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+@pytest.mark.parametrize("kind", CONFIGS)
+def test_gradients_equal_with_and_without_each_strategy(kind):
+    model = build_causal_lm(CONFIGS[kind]())
+    ids = token_batch(BATCH, SEQUENCE, "cpu", model.config.vocab_size)
+    menu = menu_for(model)
+    reference = _gradients(menu[0].apply(model), ids)
+    for strategy in menu[1:]:
+        grads = _gradients(strategy.apply(model), ids)
+        assert grads.keys() == reference.keys()
+        for name, grad in grads.items():
+            torch.testing.assert_close(
+                grad, reference[name], rtol=1e-4, atol=1e-6, msg=f"{strategy.name}: {name}"
+            )
+    assert {s.kind for s in menu} >= {"none", "full", "every-n", "selective"}
+
+
+def test_strategies_change_what_is_kept_and_recomputed():
+    meta = build_causal_lm(small_llama_config(layers=4, hidden=256), "meta")
+    rows = {r["checkpointing"]: r for r in strategy_rows(meta, menu_for(meta), 4, 512)}
+    none, full = rows["none"], rows["every block (default)"]
+    half = rows["every 2nd block"]
+    selective = rows["selective: save matmuls"]
+    assert none["recompute_gflop"] == 0 < half["recompute_gflop"] < full["recompute_gflop"]
+    assert full["activation_peak_mb"] < half["activation_peak_mb"] < none["activation_peak_mb"]
+    assert 0 < selective["recompute_gflop"] < full["recompute_gflop"]  # attention recomputed
+    assert full["activation_peak_mb"] < selective["activation_peak_mb"]
+    both = rows["selective: save matmuls + attention"]
+    assert both["recompute_gflop"] < selective["recompute_gflop"]
+    assert all(r["source"].startswith("dry run") for r in rows.values())
+
+
+def test_real_steps_are_timed_in_turns_and_read_against_the_dry_run():
+    from tutorial_utils.lessons.checkpointing_a_transformer import real_against_dry_run_table
+
+    config = small_llama_config(layers=2, hidden=64)
+    menu = strategy_menu(2)[:3]
+    real = strategy_rows(add_lora(build_causal_lm(config)), menu, 2, 32, repeats=2)
+    dry_rows = strategy_rows(add_lora(build_causal_lm(config, "meta")), menu, 2, 32)
+    assert all(r["step_timing"].repeats == 2 and r["step_seconds"] > 0 for r in real)
+    assert all(r["step_timing"] is None for r in dry_rows)
+    table = real_against_dry_run_table(real, {r["checkpointing"]: r for r in dry_rows})
+    lines = table.splitlines()
+    assert len(lines) == 1 + len(menu) and "x1.00, within noise" in lines[1]
+    assert f"FLOPs predict x{dry_rows[1]['flops_ratio']:.2f}" in lines[2]
+    with pytest.raises(ValueError, match="no timings"):
+        real_against_dry_run_table(dry_rows, {})
+
+
+def test_meta_attention_takes_the_kernel_a_cpu_step_takes():
+    q = torch.empty(2, 4, 128, 16, device="meta")
+    assert cpu_attention_backend(q, q, q, is_causal=True) == FLASH
+    assert cpu_attention_backend(q, q, q, dropout_p=0.1, is_causal=True) != FLASH
+    cpu = build_causal_lm(small_llama_config())
+    meta = build_causal_lm(small_llama_config(), "meta")
+    peaks = {}
+    for name, model, context in (
+        ("cpu", cpu, torch.enable_grad()),
+        ("meta, kernel as on a CPU", meta, dry_run_context()),
+        ("meta, default", meta, unpacked_batches_on_meta()),
+    ):
+        device = next(model.parameters()).device.type
+        ids = token_batch(BATCH, 256, device, 1000)
+        tracker = TensorMemoryTracker(model, device=device)
+        with context, tracker:
+            next_token_loss(model(ids), ids).backward()
+        model.zero_grad(set_to_none=True)
+        peaks[name] = tracker.peak_bytes
+    assert peaks["meta, kernel as on a CPU"] == peaks["cpu"] < peaks["meta, default"]
+
+
+def test_flop_counting_leaves_the_dry_run_peak_unchanged():
+    meta = build_causal_lm(small_llama_config(), "meta")
+    ids = token_batch(BATCH, SEQUENCE, "meta", 1000)
+    counted, plain = (
+        measure_step(meta, ids, ids, 0, adamw(meta.parameters()), next_token_loss, count_flops=c)
+        for c in (True, False)
+    )
+    assert counted.peak_bytes == plain.peak_bytes and counted.flops.forward > 0
+
+
+def test_dry_run_step_takes_token_ids():
+    meta = build_causal_lm(small_gpt2_config(), "meta")
+    report = dry_run_step(meta, (BATCH, SEQUENCE), token_ids=True)
+    assert report.dry_run and report.breakdown["activations"] > 0
+    with pytest.raises(ValueError, match="batch, sequence"):
+        dry_run_step(meta, (BATCH, SEQUENCE, 3), token_ids=True)
+
+
+def test_lora_pitfall_counts_the_parameters_left_without_gradient():
+    model = add_lora(build_causal_lm(small_llama_config(layers=4)), start_trained=True)
+    checks = {c.name: c for c in lora_pitfall(model)}
+    trainable = [n for n, _ in model.named_parameters() if _.requires_grad]
+    first_block = {n for n in trainable if ".layers.0." in n}
+    assert checks["no checkpointing (the reference)"].matches
+    every = checks["by hand, reentrant, every block"]
+    assert every.error and "does not require grad" in every.error
+    assert any("None of the inputs have requires_grad=True" in w for w in every.warnings)
+    silent = checks["by hand, reentrant, every other block"]
+    assert silent.error is None and set(silent.missing) == first_block and first_block
+    assert silent.max_difference < 1e-5  # the adapters that do get a gradient get the right one
+    for fixed in (
+        "fix 1: by hand, reentrant, every block + enable_input_require_grads()",
+        "fix 2: by hand, use_reentrant=False, every block",
+        "activation_checkpointing_enable(use_reentrant=True)",
+    ):
+        assert checks[fixed].matches, fixed
+    assert all(p.requires_grad is False for n, p in model.named_parameters() if "lora" not in n)
+
+
+def test_checkpointed_blocks_restores_the_forward_it_replaced():
+    model = build_causal_lm(small_llama_config())
+    blocks = decoder_blocks(model)
+    with checkpointed_blocks(blocks, use_reentrant=False):
+        assert all("forward" in vars(block) for block in blocks)
+    assert not any("forward" in vars(block) for block in blocks)
+    with pytest.raises(ValueError, match="no blocks"):
+        with checkpointed_blocks([], use_reentrant=False):
+            pass
+
+
+def test_messages_and_default_of_the_installed_transformers():
+    model = build_causal_lm(small_llama_config())
+    messages = checkpointing_messages(model, token_batch(1, 8, "cpu", 1000))
+    assert any("use_cache=True` is incompatible with gradient checkpointing" in m for m in messages)
+    assert any("gradient_checkpointing_enable` is deprecated" in m for m in messages)
+    assert default_use_reentrant(model) is False
+    assert not model.is_activation_checkpointing
+
+
+def test_korthikanti_formula_and_measured_block_bytes():
+    s, b, h, a = 512, 3, 256, 4
+    assert korthikanti_layer_bytes(s, b, h, a) == s * b * h * (34 + 5 * a * s // h)
+    meta = build_causal_lm(small_gpt2_config(layers=3, hidden=h), "meta")
+    saved = block_saved_bytes(meta, 2, 128)
+    blocks = [k for k in saved if k != OUTSIDE]
+    assert len(blocks) == 3 and len({saved[k] for k in blocks}) == 1  # identical blocks
+    step = lm_step(meta, TransformerStrategy("none", "none"), 2, 128)
+    # everything saved is alive at the end of the forward, with the logits and the loss
+    assert 0 < sum(saved.values()) <= step.activation_peak_bytes
+    longer = block_saved_bytes(meta, 2, 256)
+    assert longer["block 0"] > 2 * saved["block 0"]  # the s x s attention matrix: faster than s
+
+
+def test_saved_bytes_are_charged_to_the_innermost_module():
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    x = torch.randn(3, 4)
+    saved = saved_bytes_per_module(model, {"first": model[0], "rest": model[2]}, lambda: model(x))
+    assert saved["first"] == x.nbytes  # the linear keeps its input
+    assert saved[OUTSIDE] == 3 * 8 * 4  # the ReLU keeps its output (also the last input: once)
+    assert saved["rest"] == 0
+    with pytest.raises(ValueError, match="modules is empty"):
+        saved_bytes_per_module(model, {}, lambda: model(x))
+
+
+@pytest.mark.parametrize("start", [1, 3, 17, 40, 100])
+@pytest.mark.parametrize("answer", [0, 1, 7, 32, 64])
+def test_largest_fitting_finds_the_boundary_from_any_start(start, answer):
+    tried = []
+
+    def fits(value):
+        tried.append(value)
+        return value <= answer
+
+    assert largest_fitting(fits, 64, start=start) == answer
+    assert len(tried) <= 16
+
+
+def test_longest_sequences_are_the_boundary_between_fit_and_not():
+    meta = build_causal_lm(small_llama_config(), "meta")
+    full = TransformerStrategy("every block", "full")
+    budget = lm_step(meta, full, 1, 1500).peak_bytes
+    fit, loose = longest_sequences(
+        meta, full, {"test": budget, "twice": 2 * budget}, unit=64, max_sequence=8192
+    )
+    assert fit.sequence == 1472  # the largest multiple of 64 at or below 1500 tokens
+    assert fit.peak_bytes <= budget < lm_step(meta, full, 1, fit.sequence + 64).peak_bytes
+    assert loose.sequence > fit.sequence and loose.peak_bytes <= 2 * budget
+    with pytest.raises(ValueError, match="positive budgets"):
+        longest_sequences(meta, full, {"none": 0})
+
+
+def test_explorer_computes_a_figure_and_a_line_for_the_chosen_strategy():
+    meta = build_causal_lm(small_gpt2_config(), "meta")
+    explorer = StrategyExplorer(meta, "small GPT-2", sequence=128, batch=2, max_sequence=256)
+    figure, text = explorer.panel.run()
+    assert figure.axes and explorer.panel.controls["strategy"].value in text
+    explorer.panel.controls["batch"].value = 3
+    explorer.panel.run()
+    assert len(explorer.computed) == 2
+
+
+def test_bad_input_gets_a_one_line_error():
+    with pytest.raises(ValueError, match="sequence >= 2"):
+        token_batch(1, 1, "cpu", 10)
+    with pytest.raises(ValueError, match="ops is empty"):
+        saving_policy(frozenset())
+    assert saving_policy(MATRIX_PRODUCT_OPS)(None, torch.ops.aten.mm.default).name == "MUST_SAVE"
+    with pytest.raises(ValueError, match="run it on CUDA"):
+        TransformerStrategy("offload", "offload", offload=True).apply(
+            build_causal_lm(small_gpt2_config(), "meta")
+        )
+
+
+def test_every_profile_has_sizes_and_an_unknown_one_says_what_to_do():
+    assert all(sizes_for(name).repeats >= 1 for name in PROFILES)
+    with pytest.raises(ValueError, match="add it to SIZES"):
+        sizes_for("laptop")
