@@ -32,7 +32,7 @@ class UnreadableFigure(ValueError):
 
 def figure_problems(figure: Figure) -> list[str]:
     """What makes ``figure`` hard to read, one line each; empty when nothing does."""
-    renderer = _render(figure)
+    renderer = agg_renderer(figure)
     problems = _overlapping_texts(figure, renderer)
     for ax in figure.axes:
         if ax.get_visible():
@@ -60,11 +60,6 @@ def check_figures_when_shown() -> None:
 def agg_renderer(figure: Figure) -> RendererBase:
     """An Agg renderer that has drawn ``figure`` (its own canvas left in place): text extents
     measured with it are the ones a PNG of the figure shows."""
-    return _render(figure)
-
-
-def _render(figure: Figure) -> RendererBase:
-    """Draw ``figure`` with an Agg renderer, leaving its own canvas in place."""
     canvas = figure.canvas
     renderer = FigureCanvasAgg(figure).get_renderer()
     try:
@@ -272,6 +267,5 @@ def _legend_over_data(ax: Axes, renderer: RendererBase) -> list[str]:
 
 def _overlap_px(first: Bbox, second: Bbox) -> float:
     """The smaller side of the two boxes' intersection (0 when they do not meet)."""
-    width = min(first.x1, second.x1) - max(first.x0, second.x0)
-    height = min(first.y1, second.y1) - max(first.y0, second.y0)
-    return max(0.0, min(width, height))
+    meet = Bbox.intersection(first, second)
+    return 0.0 if meet is None else min(meet.width, meet.height)

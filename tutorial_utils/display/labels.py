@@ -32,9 +32,8 @@ def _alignment(dx: float, dy: float) -> dict[str, str]:
 
 
 def _overlap_area(first: Bbox, second: Bbox) -> float:
-    width = min(first.x1, second.x1) - max(first.x0, second.x0)
-    height = min(first.y1, second.y1) - max(first.y0, second.y0)
-    return max(0.0, width) * max(0.0, height)
+    meet = Bbox.intersection(first, second)
+    return 0.0 if meet is None else meet.width * meet.height
 
 
 def annotate_points(

@@ -51,3 +51,13 @@ def epoch_table(histories: Mapping[str, History]) -> str:
     ]
     header = ("run", "epoch", "train acc %", "test acc %", "test loss", "s/epoch")
     return text_table(header, rows)
+
+
+def columns_table(rows: Sequence[Mapping[str, object]], columns: Sequence[tuple]) -> str:
+    """Dict rows as a `text_table`: ``columns`` are ``(key, title, format)``; a missing or None
+    value shows as n/a (nothing to show, never a 0)."""
+    cells = [
+        ["n/a" if row.get(key) is None else fmt.format(row[key]) for key, _, fmt in columns]
+        for row in rows
+    ]
+    return text_table([title for _, title, _ in columns], cells)

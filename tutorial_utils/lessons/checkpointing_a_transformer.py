@@ -34,7 +34,7 @@ from tutorial_utils.checkpointing.selective import (
     selective_context_fn,
 )
 from tutorial_utils.display.plotting import figure_subtitle
-from tutorial_utils.display.tables import text_table
+from tutorial_utils.display.tables import columns_table, text_table
 from tutorial_utils.display.widgets import RunPanel, batch_size_slider, int_slider
 from tutorial_utils.lessons.choosing_what_to_checkpoint import pareto_front
 from tutorial_utils.measurement.batch_search import largest_fitting
@@ -411,7 +411,7 @@ def rows_table(rows: Sequence[dict]) -> str:
     """Rows as an aligned table headed by how they were obtained (FLOPs for dry runs, seconds
     for real steps)."""
     columns = DRY_COLUMNS if rows[0]["step_seconds"] is None else REAL_COLUMNS
-    return rows[0]["source"] + "\n" + _table(rows, columns)
+    return rows[0]["source"] + "\n" + columns_table(rows, columns)
 
 
 def real_against_dry_run_table(real_rows: Sequence[dict], dry_rows: Mapping[str, dict]) -> str:
@@ -439,22 +439,6 @@ def real_against_dry_run_table(real_rows: Sequence[dict], dry_rows: Mapping[str,
         )
     header = ("strategy", "step time, fastest (range)", "time vs none", "peak real - dry run")
     return text_table(header, rows, "lllr")
-
-
-def _table(rows: Sequence[dict], columns) -> str:
-    cells = [[title for _, title, _ in columns]]
-    cells += [
-        ["n/a" if row.get(key) is None else fmt.format(row[key]) for key, _, fmt in columns]
-        for row in rows
-    ]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
-    return "\n".join(
-        "  ".join(
-            c.ljust(w) if i == 0 else c.rjust(w)
-            for i, (c, w) in enumerate(zip(line, widths, strict=True))
-        )
-        for line in cells
-    )
 
 
 KIND_STYLES = {

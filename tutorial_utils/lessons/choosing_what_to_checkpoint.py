@@ -16,6 +16,7 @@ from matplotlib.patches import Patch
 
 from tutorial_utils.display.labels import annotate_points
 from tutorial_utils.display.plotting import figure_subtitle
+from tutorial_utils.display.tables import columns_table
 from tutorial_utils.display.widgets import budget_slider, result_outputs
 from tutorial_utils.measurement.timing import time_verdict
 from tutorial_utils.planning.limits import PeakFloor
@@ -203,19 +204,7 @@ def strategy_table(rows: Sequence[dict]) -> str:
     measured seconds for real steps, FLOPs for dry runs; n/a where there is no prediction."""
     dry = all(row["step_seconds"] is None for row in rows)
     columns = TABLE_COLUMNS + (DRY_RUN_TIME_COLUMNS if dry else MEASURED_TIME_COLUMNS)
-    cells = [[title for _, title, _ in columns]]
-    for row in rows:
-        cells.append(
-            ["n/a" if row.get(key) is None else fmt.format(row[key]) for key, _, fmt in columns]
-        )
-    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
-    table = "\n".join(
-        "  ".join(
-            cell.ljust(width) if i == 0 else cell.rjust(width)
-            for i, (cell, width) in enumerate(zip(line, widths, strict=True))
-        )
-        for line in cells
-    )
+    table = columns_table(rows, columns)
     return f"{rows[0]['source']}\n{table}" if rows and rows[0].get("source") else table
 
 

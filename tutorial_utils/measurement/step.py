@@ -14,6 +14,7 @@ to a real step's) and whose time does not exist: ``seconds`` is None and FLOPs s
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -192,6 +193,12 @@ def _forward_backward_step(model, inputs, targets, segments, optimizer, loss_fn)
             optimizer.step()
 
 
+def _untracked_step(model, inputs, targets, segments, optimizer, loss_fn) -> None:
+    """One whole training step from any gradients, as a training loop takes it: what is timed."""
+    optimizer.zero_grad(set_to_none=True)
+    _forward_backward_step(model, inputs, targets, segments, optimizer, loss_fn)
+
+
 def measure_step(
     model: nn.Module,
     inputs: torch.Tensor,
@@ -243,10 +250,7 @@ def measure_step(
     optimizer = optimizer if optimizer is not None else default_optimizer(model.parameters())
     loss_fn = loss_fn if loss_fn is not None else nn.CrossEntropyLoss()
 
-    def step() -> None:
-        optimizer.zero_grad(set_to_none=True)
-        _forward_backward_step(model, inputs, targets, segments, optimizer, loss_fn)
-
+    step = functools.partial(_untracked_step, model, inputs, targets, segments, optimizer, loss_fn)
     seconds, timing = None, None
     if not time_step or dry_run:  # a dry run has no time to measure
         prime_optimizer_state(optimizer)
@@ -339,13 +343,10 @@ def _time_counts_in_turns(
     steps = {}
     for index, (segments, optimizer) in enumerate(zip(counts, optimizers, strict=True)):
         _check_segments(model, segments)
-
-        def step(segments=segments, optimizer=optimizer) -> None:
-            optimizer.zero_grad(set_to_none=True)
-            _forward_backward_step(model, inputs, targets, segments, optimizer, loss_fn)
-
-        step()
-        steps[index] = step
+        steps[index] = functools.partial(
+            _untracked_step, model, inputs, targets, segments, optimizer, loss_fn
+        )
+        steps[index]()  # warm-up: creates the optimizer's state
     return time_interleaved(steps, repeats, lambda: _synchronize(device))
 
 
