@@ -99,6 +99,30 @@ def test_dogcat_loaders_use_article_defaults(dogcat_root: Path) -> None:
     assert images.shape == (8, 3, 32, 32) and labels.dtype == torch.int64
 
 
+def test_image_subset_is_a_seeded_sample_of_both_classes(tmp_path: Path) -> None:
+    root = data.make_synthetic_dogcat(tmp_path / "dogcat", n_train=40, n_test=4, image_size=16)
+    train, _ = data.dogcat_datasets(root, image_size=16)  # sorted by class: 20 cats, then 20 dogs
+    first = data.image_subset(train, 10)
+    again = data.image_subset(train, 10)
+    other_seed = data.image_subset(train, 10, seed=1)
+    assert isinstance(first, type(train)) and len(first) == 10 and first.classes == train.classes
+    assert first.samples == again.samples != other_seed.samples
+    assert set(first.targets) == {0, 1}  # not the first 10 files, which are all cats
+    assert first.targets == [target for _, target in first.samples]
+    assert len(train) == 40  # the full dataset is untouched
+    assert data.image_subset(train, 100) is train
+    with pytest.raises(ValueError, match="at least 1 image"):
+        data.image_subset(train, 0)
+
+
+def test_dogcat_loaders_keep_the_requested_number_of_images(dogcat_root: Path) -> None:
+    train_loader, val_loader = data.dogcat_loaders(
+        dogcat_root, 32, batch_size=4, num_workers=0, train_images=6, test_images=2
+    )
+    assert len(train_loader.dataset) == 6 and len(val_loader.dataset) == 2
+    assert sum(len(labels) for _, labels in train_loader) == 6
+
+
 def test_synthetic_dogcat_is_deterministic_per_seed(tmp_path: Path) -> None:
     first = data.make_synthetic_dogcat(tmp_path / "a", 4, 2, 32, seed=3)
     again = data.make_synthetic_dogcat(tmp_path / "b", 4, 2, 32, seed=3)
@@ -329,6 +353,83 @@ def test_ensure_cifar10_sizes_from_profile(monkeypatch: pytest.MonkeyPatch, tmp_
     assert synthetic and root == tmp_path / "synthetic-cifar10-ci"
     assert len(data.load_cifar10(root)[1]) == profile.cifar_train_samples
     assert len(data.load_cifar10(root, train=False)[1]) == profile.cifar_test_samples
+
+
+# --------------------------------------------------------------------------- the fetch cell
+
+
+def _real_dogcat(root: Path) -> None:
+    for split in ("train", "test"):
+        for class_name in ("cats", "dogs"):
+            (root / split / class_name).mkdir(parents=True)
+            Image.new("RGB", (20, 20), "white").save(root / split / class_name / "x.jpg")
+
+
+def test_fetch_real_data_offline_says_so_in_one_line_and_writes_nothing(
+    monkeypatch: pytest.MonkeyPatch, offline: None, tmp_path: Path
+) -> None:
+    monkeypatch.setenv(data.DATA_DIR_ENV, str(tmp_path))
+    for dataset, host in (("dog-cat", "github.com"), ("CIFAR-10", data.CIFAR_HOST)):
+        started = time.monotonic()
+        line = data.fetch_real_data(dataset, get_profile("cpu"))
+        assert time.monotonic() - started < 5
+        assert line.startswith(f"offline ({host} unreachable)") and "stand-in" in line
+        assert "\n" not in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_fetch_real_data_downloads_only_when_asked_and_needed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv(data.DATA_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(data, "internet_reachable", lambda host, *args, **kwargs: True)
+    clones: list[str] = []
+
+    def fake_clone() -> Path:
+        clones.append("dog-cat")
+        _real_dogcat(data.default_dogcat_root())
+        return data.default_dogcat_root()
+
+    monkeypatch.setattr(data, "download_dogcat", fake_clone)
+    cpu = get_profile("cpu")
+    assert "nothing fetched" in data.fetch_real_data("dog-cat", get_profile("ci"))
+    assert "set FETCH_REAL_DATA = True" in data.fetch_real_data("dog-cat", cpu, fetch=False)
+    assert clones == []
+    assert data.fetch_real_data("dog-cat", cpu) == (
+        f"fetched the real dog-cat into {data.default_dogcat_root()}"
+    )
+    assert data.ensure_dogcat(cpu) == (data.default_dogcat_root(), False)
+    assert "already in" in data.fetch_real_data("dog-cat", cpu)
+    assert clones == ["dog-cat"]
+
+
+def test_fetch_real_data_reports_a_failed_download_and_goes_on(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv(data.DATA_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(data, "internet_reachable", lambda host, *args, **kwargs: True)
+
+    def failing_download(root=None):
+        raise RuntimeError("connection reset")
+
+    monkeypatch.setattr(data, "download_cifar10", failing_download)
+    line = data.fetch_real_data("CIFAR-10", get_profile("gpu"))
+    assert line == (
+        "fetching the real CIFAR-10 failed (connection reset); going on with the generated stand-in"
+    )
+    assert data.ensure_cifar10(get_profile("ci"))[1]  # the stand-in is still there to use
+    with pytest.raises(ValueError, match="one of dog-cat, CIFAR-10"):
+        data.fetch_real_data("ImageNet")
+
+
+def test_a_generated_set_in_the_real_folder_does_not_count_as_real(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv(data.DATA_DIR_ENV, str(tmp_path))
+    data.make_synthetic_cifar10(tmp_path, n_train=20, n_test=10)
+    data.make_synthetic_dogcat(data.default_dogcat_root(), 2, 2, 16)
+    assert not data.real_cifar10_present() and not data.real_dogcat_present()
+    assert data.ensure_cifar10(get_profile("cpu"))[1] and data.ensure_dogcat(get_profile("cpu"))[1]
 
 
 # --------------------------------------------------------------------------- cifar_batches

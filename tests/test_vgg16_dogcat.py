@@ -259,3 +259,25 @@ def test_segment_explorer_measures_once_per_scale_and_shows_the_chosen_count() -
 def test_sqrt_rule() -> None:
     assert vgg16_dogcat.sqrt_rule(40) == 6
     assert vgg16_dogcat.sqrt_rule(2) == 2
+
+
+def test_run_state_report_lists_what_was_written(tmp_path) -> None:
+    model = nn.Sequential(nn.Linear(4, 3))
+    (tmp_path / "plain").mkdir()
+    torch.save(model.state_dict(), tmp_path / "plain" / "epoch_1.pt")
+    report = vgg16_dogcat.run_state_report(tmp_path, True, model, "gpu")
+    assert report.startswith(f"1 files, 0 MB under {tmp_path}") and "plain/epoch_1.pt" in report
+
+
+def test_run_state_report_counts_what_an_unsaved_run_would_weigh(tmp_path) -> None:
+    torch.manual_seed(0)
+    vgg = vgg16_classifier(2, layout="article")
+    # weights and one momentum buffer per parameter, 4 bytes each, no buffers in VGG16
+    assert vgg16_dogcat.sgd_momentum_state_bytes(vgg) == 2 * 4 * 134_268_738
+    frozen = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3))
+    frozen[0].weight.requires_grad_(False)
+    # state_dict: 12 + 3 + 3 + 3 + 3 + 3 floats and one int64 counter; momentum: 3 + 3 + 3
+    assert vgg16_dogcat.sgd_momentum_state_bytes(frozen) == 27 * 4 + 8 + 9 * 4
+    report = vgg16_dogcat.run_state_report(tmp_path, False, vgg, "cpu")
+    assert "profile cpu wrote no training state" in report and "1,024 MB a run" in report
+    assert list(tmp_path.iterdir()) == []

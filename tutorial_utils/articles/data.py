@@ -7,6 +7,7 @@ code that runs on generated data is the code that runs on the real data.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -290,15 +291,43 @@ def dogcat_datasets(
     return train, val
 
 
+def image_subset(dataset: datasets.ImageFolder, count: int, seed: int = 0) -> datasets.ImageFolder:
+    """``count`` of the dataset's images drawn by a seeded permutation, still an ``ImageFolder``.
+
+    Why: the real set's 20 000 JPEGs are sorted by class, so the first ``count`` would be cats
+    only; a profile's short run needs a small sample of both classes, the same on every run.
+    """
+    if count < 1:
+        raise ValueError(f"an image subset needs at least 1 image, got {count}")
+    if count >= len(dataset.samples):
+        return dataset
+    order = torch.randperm(len(dataset.samples), generator=torch.Generator().manual_seed(seed))
+    subset = copy.copy(dataset)
+    subset.samples = [dataset.samples[i] for i in sorted(order[:count].tolist())]
+    subset.imgs = subset.samples
+    subset.targets = [target for _, target in subset.samples]
+    return subset
+
+
 def dogcat_loaders(
     root: str | Path | None = None,
     image_size: int = 224,
     batch_size: int = 64,
     num_workers: int = 2,
     shuffle: bool = True,
+    train_images: int | None = None,
+    test_images: int | None = None,
 ) -> tuple[DataLoader, DataLoader]:
-    """The article's DataLoaders: batch 64, 2 workers, and (as written there) both shuffled."""
+    """The article's DataLoaders: batch 64, 2 workers, and (as written there) both shuffled.
+
+    ``train_images`` / ``test_images`` keep a seeded sample of each split (``image_subset``), as
+    the ``cpu`` and ``gpu`` profiles do on the real set; None keeps every image.
+    """
     train, val = dogcat_datasets(root, image_size)
+    if train_images is not None:
+        train = image_subset(train, train_images)
+    if test_images is not None:
+        val = image_subset(val, test_images)
     return (
         DataLoader(train, batch_size=batch_size, shuffle=shuffle, num_workers=num_workers),
         DataLoader(val, batch_size=batch_size, shuffle=shuffle, num_workers=num_workers),
@@ -439,6 +468,12 @@ def synthetic_dogcat(profile: Profile | None = None, image_size: int | None = No
     )
 
 
+def real_dogcat_present() -> bool:
+    """Whether the real images (not a generated set) are in ``default_dogcat_root()``."""
+    real = default_dogcat_root()
+    return _has_imagefolder_splits(real) and _read_manifest(real) is None
+
+
 def ensure_dogcat(profile: Profile | None = None) -> tuple[Path, bool]:
     """The real dog-cat images if present (and the profile uses real data; ``ci`` never does),
     else a generated set sized by the profile.
@@ -447,9 +482,8 @@ def ensure_dogcat(profile: Profile | None = None) -> tuple[Path, bool]:
     so a notebook can show ``synthetic_banner`` when it fell back.
     """
     profile = profile or get_profile()
-    real = default_dogcat_root()
-    if profile.use_real_data and _has_imagefolder_splits(real) and _read_manifest(real) is None:
-        return real, False
+    if profile.use_real_data and real_dogcat_present():
+        return default_dogcat_root(), False
     return synthetic_dogcat(profile), True
 
 
@@ -630,6 +664,15 @@ def synthetic_cifar10(profile: Profile | None = None) -> Path:
     )
 
 
+def real_cifar10_present() -> bool:
+    """Whether the real CIFAR-10 batches (not a generated set) are in the data folder."""
+    folder = data_root() / CIFAR_DIRNAME
+    return (
+        not _cifar_missing(folder, (*CIFAR_TRAIN_FILES, CIFAR_TEST_FILE))
+        and _read_manifest(folder) is None
+    )
+
+
 def ensure_cifar10(profile: Profile | None = None) -> tuple[Path, bool]:
     """The real CIFAR-10 if present (and the profile uses real data; ``ci`` never does), else a
     generated set sized by the profile.
@@ -637,15 +680,51 @@ def ensure_cifar10(profile: Profile | None = None) -> tuple[Path, bool]:
     Never downloads on its own.
     """
     profile = profile or get_profile()
-    real = data_root()
-    real_folder = real / CIFAR_DIRNAME
-    if (
-        profile.use_real_data
-        and not _cifar_missing(real_folder, (*CIFAR_TRAIN_FILES, CIFAR_TEST_FILE))
-        and _read_manifest(real_folder) is None
-    ):
-        return real, False
+    if profile.use_real_data and real_cifar10_present():
+        return data_root(), False
     return synthetic_cifar10(profile), True
+
+
+# --------------------------------------------------------------------------- the fetch cell
+
+REAL_DATASETS = {
+    # name: (what a learner fetches, the host it comes from)
+    "dog-cat": (
+        "the article's 25 000 JPEGs, a git clone of laxmimerit/dog-cat-full-dataset",
+        "github.com",
+    ),
+    "CIFAR-10": ("the 163 MB python batches from the CIFAR page, via torchvision", CIFAR_HOST),
+}
+
+
+def fetch_real_data(dataset: str, profile: Profile | None = None, fetch: bool = True) -> str:
+    """The notebooks' optional fetch cell: the real ``dataset`` into the data folder where the
+    internet is. Returns one line for the notebook to print, whatever happened.
+
+    Why never raise: offline, or when the download fails, the notebook goes on with the generated
+    stand-in, and the line says so. The profile then trains on a sample of the real set.
+    """
+    if dataset not in REAL_DATASETS:
+        raise ValueError(f"unknown dataset {dataset!r}: use one of {', '.join(REAL_DATASETS)}")
+    what, host = REAL_DATASETS[dataset]
+    profile = profile or get_profile()
+    present = real_dogcat_present() if dataset == "dog-cat" else real_cifar10_present()
+    where = default_dogcat_root() if dataset == "dog-cat" else data_root() / CIFAR_DIRNAME
+    if not profile.use_real_data:
+        return (
+            f"profile {profile.name} always uses the generated {dataset} stand-in: nothing fetched"
+        )
+    if present:
+        return f"the real {dataset} is already in {where}: nothing fetched"
+    if not fetch:
+        return f"real {dataset} not fetched: set FETCH_REAL_DATA = True in this cell for {what}"
+    if not internet_reachable(host):
+        return f"offline ({host} unreachable): going on with the generated {dataset} stand-in"
+    try:
+        download_dogcat() if dataset == "dog-cat" else download_cifar10()
+    except (OSError, RuntimeError) as error:  # ConnectionError is an OSError
+        return f"fetching the real {dataset} failed ({error}); going on with the generated stand-in"
+    return f"fetched the real {dataset} into {where}"
 
 
 class CifarBatches:

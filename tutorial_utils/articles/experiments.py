@@ -53,6 +53,8 @@ def build_vgg16_dogcat(
         image_size=image_size,
         batch_size=batch_size or profile.batch_size,
         num_workers=profile.num_workers,
+        train_images=profile.dogcat_train_images,
+        test_images=profile.dogcat_test_images,
     )
     torch.manual_seed(seed)
     model = vgg16_classifier(num_classes=2, layout="article")

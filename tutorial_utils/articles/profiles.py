@@ -24,7 +24,9 @@ class Profile:
     image_size: int  # dog-cat / VGG16 input side, pixels
     batch_size: int  # dog-cat training batch
     epochs: int
-    dogcat_train_images: int  # generated images when the real dataset is absent
+    dogcat_train_images: (
+        int  # images used: the generated set's size, or a seeded sample of the real set
+    )
     dogcat_test_images: int
     cifar_image_size: int  # NetA input side after upsampling
     cifar_train_samples: int | None  # None = the whole split
@@ -34,7 +36,7 @@ class Profile:
     sweep_batch_size: int  # batch for segment sweeps and benchmarks
     num_workers: int
     use_real_data: bool  # False: always the small generated sets, even where the real ones exist
-    save_epoch_state: bool  # the latest epoch's state on disk, for resume (VGG16: about 1 GB)
+    save_epoch_state: bool  # the latest epoch's state on disk, for resume (VGG16: 1024 MB a run)
 
 
 PROFILES: dict[str, Profile] = {
@@ -58,21 +60,23 @@ PROFILES: dict[str, Profile] = {
     ),
     "cpu": Profile(
         name="cpu",
-        description="a learner without a GPU: minutes per notebook",
+        description="a learner without a GPU: about 3 minutes per notebook on 2 cores",
         image_size=64,
         batch_size=16,
         epochs=2,
-        dogcat_train_images=400,
-        dogcat_test_images=100,
+        dogcat_train_images=192,  # 12 steps an epoch: two runs of two epochs in about 2 minutes
+        dogcat_test_images=64,
         cifar_image_size=64,
-        cifar_train_samples=2000,
-        cifar_test_samples=500,
+        cifar_train_samples=384,  # 12 steps of 32: the short training still has its last 10
+        cifar_test_samples=128,
         cifar_batch_size=32,
         memory_budget_bytes=256 * MB,
         sweep_batch_size=8,
         num_workers=2,
         use_real_data=True,
-        save_epoch_state=True,
+        # VGG16's weights and SGD momentum are 1024 MB per run: a laptop's two-epoch lesson
+        # writes none (the notebook says so); gpu and article keep the latest epoch's
+        save_epoch_state=False,
     ),
     # The articles' regime (224 px, batch 64 and 31, the 2.5 GB card) on a data subset sized for
     # a few minutes per notebook on a T4-class card. Estimate, not a measurement (no GPU has run

@@ -12,6 +12,7 @@ import math
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import torch
@@ -153,6 +154,32 @@ def epoch_timing(history: History) -> Timing:
     if not history.records:
         raise ValueError(f"history {history.label!r} has no epochs: train at least one")
     return Timing.of([record.seconds for record in history.records])
+
+
+def sgd_momentum_state_bytes(model: nn.Module) -> int:
+    """Tensor bytes an epoch's state holds for SGD with momentum: the ``state_dict`` plus one
+    momentum buffer per trainable parameter (the files add a few KB of pickling and RNG state)."""
+    weights = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    momentum = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    return weights + momentum
+
+
+def run_state_report(runs: Path, saved: bool, model: nn.Module, profile_name: str) -> str:
+    """What the runs left under ``runs``; where the profile saves no state, what it would weigh.
+
+    Why both: a laptop's two-epoch lesson should not fill its disk with 1 GB a run, and the
+    learner should still see what the article's ``torch.save`` per epoch costs.
+    """
+    if saved:
+        files = sorted(p.relative_to(runs) for p in runs.rglob("*.pt"))
+        size = sum((runs / p).stat().st_size for p in files) / MB
+        return f"{len(files)} files, {size:.0f} MB under {runs}: {[str(p) for p in files]}"
+    per_run = sgd_momentum_state_bytes(model) / MB
+    return (
+        f"profile {profile_name} wrote no training state: an epoch's weights and SGD momentum "
+        f"are {per_run:,.0f} MB a run (tensor bytes, counted, not written); the gpu and article "
+        f"profiles keep the latest epoch's under {runs}"
+    )
 
 
 def comparison_statements(
