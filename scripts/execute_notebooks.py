@@ -11,15 +11,18 @@ Usage: python scripts/execute_notebooks.py [--profile ci|cpu|article] [notebooks
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import ipykernel.kernelspec
 import nbformat
-from jupyter_client import KernelManager
+from jupyter_client import AsyncKernelManager
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+from jupyter_core.utils import run_sync
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 from stamp_colab import notebook_paths, repository_url, stamp_notebook
@@ -37,25 +40,47 @@ class CurrentEnvKernelSpecs(KernelSpecManager):
         )
 
 
+def run_notebook(
+    notebook: nbformat.NotebookNode,
+    folder: Path,
+    env: Mapping[str, str],
+    *,
+    cell_timeout: int | None = None,
+    deadline: float | None = None,
+) -> None:
+    """Run every cell of ``notebook`` in place, in this interpreter's kernel started in ``folder``
+    with the environment ``env``. ``deadline`` (a ``time.monotonic()`` value) bounds the whole
+    notebook: each cell may take only the time left. Raises nbclient's errors on a failing cell."""
+    # Asynchronous, as nbclient expects: with a blocking KernelManager cell timeouts never fire.
+    kernel = AsyncKernelManager(kernel_name="python3", kernel_spec_manager=CurrentEnvKernelSpecs())
+
+    def time_left(cell: nbformat.NotebookNode) -> int | None:
+        if deadline is None:
+            return cell_timeout
+        left = max(1, math.ceil(deadline - time.monotonic()))
+        return left if cell_timeout is None else min(left, cell_timeout)
+
+    client = NotebookClient(
+        notebook,
+        km=kernel,
+        timeout_func=time_left,
+        coalesce_streams=True,  # one stream per cell; progress bars keep only their final line
+        resources={"metadata": {"path": str(folder)}},
+    )
+    try:
+        client.execute(env=dict(env))
+    finally:
+        if kernel.has_kernel:  # nbclient leaves a kernel it was handed running
+            run_sync(kernel.shutdown_kernel)()
+
+
 def execute_notebook(path: Path, repo_url: str, cell_timeout: int | None) -> None:
     """Stamp and run one notebook; write it back only when every cell succeeded."""
     notebook = nbformat.read(path, as_version=4)
     problems = stamp_notebook(notebook, path.name, repo_url)
     if problems:
         raise ValueError(f"{path}: " + "; ".join(problems))
-    kernel = KernelManager(kernel_name="python3", kernel_spec_manager=CurrentEnvKernelSpecs())
-    client = NotebookClient(
-        notebook,
-        km=kernel,
-        timeout=cell_timeout,
-        coalesce_streams=True,  # one stream per cell; progress bars keep only their final line
-        resources={"metadata": {"path": str(path.parent)}},
-    )
-    try:
-        client.execute()
-    finally:
-        if kernel.has_kernel:  # nbclient leaves a kernel it was handed running
-            kernel.shutdown_kernel()
+    run_notebook(notebook, path.parent, os.environ, cell_timeout=cell_timeout)
     nbformat.write(notebook, path)
 
 

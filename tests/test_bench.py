@@ -1,4 +1,4 @@
-"""The bench's tables and the GPU cross-check's CPU side: rows, ratios, labels, n/a.
+"""The bench's tables: rows, ratios, labels, n/a (the GPU check's are in test_gpu_check.py).
 
 The dry-run table at the articles' sizes is computed once (a few seconds on 2 cores, every step
 on the meta device) and checked for what a wrong figure would break: each setting present,
@@ -7,13 +7,8 @@ peaks in the order the physics demands, ratios to the right base, every row labe
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
-import torch.nn as nn
 
 from tutorial_utils import bench
 from tutorial_utils.articles.models import NetA
@@ -28,21 +23,6 @@ from tutorial_utils.bench import (
 )
 from tutorial_utils.measurement.step import DRY_RUN_LABEL, default_optimizer, measure_step
 from tutorial_utils.units import MB
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load_crosscheck():
-    spec = importlib.util.spec_from_file_location(
-        "gpu_crosscheck", ROOT / "scripts" / "gpu_crosscheck.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-crosscheck = _load_crosscheck()
 
 
 @pytest.fixture(scope="module")
@@ -176,57 +156,3 @@ def test_flops_from_a_dry_run_equal_the_real_steps():
     real = measure_step(model, inputs, targets, 0, optimizer, time_step=False, count_flops=True)
     assert real.flops.recompute > 0
     assert bench._dry_run_gflop(model, inputs.shape) == real.flops.total / 1e9
-
-
-def test_crosscheck_dry_run_rows_are_in_cuda_blocks_and_ordered():
-    rows = [crosscheck.dry_run_row(step) for step in crosscheck.STEPS]
-    assert all(round(row["dry_run_peak_mb"] * MB) % 512 == 0 for row in rows)
-    article_plain, article_two, flat_six, neta_plain, neta_checkpointed = rows
-    assert article_two["dry_run_peak_mb"] == article_plain["dry_run_peak_mb"]
-    assert flat_six["dry_run_peak_mb"] < article_plain["dry_run_peak_mb"]
-    assert neta_checkpointed["dry_run_peak_mb"] < neta_plain["dry_run_peak_mb"]
-    assert {row["optimizer"] for row in rows} == {"SGD momentum", "Adam"}
-
-
-def test_crosscheck_claims_no_error_without_a_gpu():
-    step = crosscheck.CrossCheckStep(
-        "chain", lambda: nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 3)),
-        (5, 8), 3, 2, "SGD momentum", default_optimizer,
-    )  # fmt: skip
-    (row,) = crosscheck.crosscheck(torch.device("cpu"), (step,))
-    assert row["dry_run_peak_mb"] >= row["tracked_peak_mb"]  # rounding up never lowers
-    assert row["dry_run_error"] is None and row["tracker_error"] is None
-    text = crosscheck.markdown([row], "cpu")
-    (line,) = [line for line in text.splitlines() if line.startswith("| chain")]
-    assert "%" not in line and line.count("n/a") == 5  # CUDA allocated/reserved, 2 errors, NVML
-
-
-def test_crosscheck_markdown_gives_both_errors_against_cuda():
-    row = {
-        "step": "VGG16 (article)",
-        "segments": 2,
-        "batch": 32,
-        "optimizer": "SGD momentum",
-        "tracked_peak_mb": 99.0,
-        "dry_run_peak_mb": 101.0,
-        "cuda_peak_allocated_mb": 100.0,
-        "tracker_error": crosscheck.relative_error(99.0, 100.0),
-        "dry_run_error": crosscheck.relative_error(101.0, 100.0),
-        "cuda_peak_reserved_mb": 120.0,
-        "nvml_used_mb": None,
-        "step_seconds": 0.25,
-        "tracked_baseline_mb": 10.0,
-        "cuda_allocated_before_mb": 10.5,
-    }
-    text = crosscheck.markdown([row], "cuda (test)")
-    assert (
-        "| VGG16 (article) | 2 | 32 | SGD momentum | 99.0 | 101.0 | 100.0 | -1.00% | +1.00% "
-        "| 120.0 | n/a | 0.250 |" in text.splitlines()
-    )
-    assert "10.0 MB while CUDA had 10.5 MB" in text
-
-
-def test_crosscheck_exits_2_without_cuda(monkeypatch, capsys):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert crosscheck.main([]) == 2
-    assert capsys.readouterr().err.count("\n") == 1

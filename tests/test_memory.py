@@ -11,6 +11,7 @@ import torch.nn as nn
 from torch.utils.checkpoint import checkpoint_sequential
 
 from tutorial_utils.articles.models import NetA
+from tutorial_utils.measurement import nvml
 from tutorial_utils.measurement.batch_search import find_max_batch_size
 from tutorial_utils.measurement.monitor import MemoryMonitor, timeline_samples
 from tutorial_utils.measurement.nvml import cuda_memory_figures, nvml_used_mb
@@ -215,6 +216,18 @@ def test_nvml_and_cuda_readers_give_none_and_a_reason():
     report = measure_step(linear_chain(2), *chain_batch(batch=8))
     assert report.cuda_peak_allocated is None and report.nvml_used_mb is None
     assert report.cuda_reason and report.nvml_reason
+
+
+def test_driver_version_comes_from_nvml_and_is_none_without_it(monkeypatch):
+    class FakeNvml:
+        @staticmethod
+        def nvmlSystemGetDriverVersion():
+            return b"580.159.03"
+
+    monkeypatch.setattr(nvml, "_nvml", lambda: (FakeNvml, None))
+    assert nvml.nvml_driver_version() == "580.159.03"
+    monkeypatch.setattr(nvml, "_nvml", lambda: (None, "no NVIDIA driver reachable"))
+    assert nvml.nvml_driver_version() is None
 
 
 def test_monitor_samples_the_tracker_and_stops():

@@ -84,6 +84,16 @@ def nvml_used_mb(device_index: int = 0) -> NvmlReading:
     return NvmlReading(info.used / MB, None)
 
 
+def nvml_driver_version() -> str | None:
+    """The NVIDIA driver's version as ``nvidia-smi`` prints it (e.g. "580.159.03"), which torch
+    does not report; None where there is no NVIDIA driver."""
+    nvml, _ = _nvml()
+    if nvml is None:
+        return None
+    version = nvml.nvmlSystemGetDriverVersion()
+    return version.decode() if isinstance(version, bytes) else version
+
+
 def cuda_unavailable_reason() -> str | None:
     """Why the CUDA figures are absent, or None when CUDA is usable."""
     if torch.cuda.is_available():

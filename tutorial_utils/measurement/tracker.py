@@ -13,7 +13,7 @@ and without the memory, but no time.
 
 What it cannot see: scratch memory a kernel allocates internally and frees before returning
 (im2col buffers, cuDNN/cuBLAS workspaces). On CUDA those are in ``max_memory_allocated`` but not
-here; ``scripts/gpu_crosscheck.py`` states the difference.
+here; ``scripts/gpu_check.py`` measures the difference.
 """
 
 from __future__ import annotations
