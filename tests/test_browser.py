@@ -206,7 +206,7 @@ def start_lab(workdir: Path) -> LabServer:
         capture_output=True,
     )
     env.pop("MPLBACKEND", None)  # the kernel's inline backend shows figures, as for a reader
-    env.pop("TUTORIAL_CHECK_FIGURES", None)  # nbval checked every figure; a reader's kernel does not
+    env.pop("TUTORIAL_CHECK_FIGURES", None)  # nbval checked the figures; a reader has no check
     port, token = free_port(), secrets.token_hex(16)
     log = workdir / "jupyterlab.log"
     command = [

@@ -24,9 +24,7 @@ class Profile:
     image_size: int  # dog-cat / VGG16 input side, pixels
     batch_size: int  # dog-cat training batch
     epochs: int
-    dogcat_train_images: (
-        int  # images used: the generated set's size, or a seeded sample of the real set
-    )
+    dogcat_train_images: int  # the generated set's size, or a seeded sample of the real set
     dogcat_test_images: int
     cifar_image_size: int  # NetA input side after upsampling
     cifar_train_samples: int | None  # None = the whole split
