@@ -266,7 +266,7 @@ def test_run_state_report_lists_what_was_written(tmp_path) -> None:
     (tmp_path / "plain").mkdir()
     torch.save(model.state_dict(), tmp_path / "plain" / "epoch_1.pt")
     report = vgg16_dogcat.run_state_report(tmp_path, True, model, "gpu")
-    assert report.startswith(f"1 files, 0 MB under {tmp_path}") and "plain/epoch_1.pt" in report
+    assert report.startswith(f"1 file, 0 MB under {tmp_path}") and "plain/epoch_1.pt" in report
 
 
 def test_run_state_report_counts_what_an_unsaved_run_would_weigh(tmp_path) -> None:

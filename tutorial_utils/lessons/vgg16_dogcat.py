@@ -173,7 +173,8 @@ def run_state_report(runs: Path, saved: bool, model: nn.Module, profile_name: st
     if saved:
         files = sorted(p.relative_to(runs) for p in runs.rglob("*.pt"))
         size = sum((runs / p).stat().st_size for p in files) / MB
-        return f"{len(files)} files, {size:.0f} MB under {runs}: {[str(p) for p in files]}"
+        count = f"{len(files)} file" + ("" if len(files) == 1 else "s")
+        return f"{count}, {size:.0f} MB under {runs}: {[str(p) for p in files]}"
     per_run = sgd_momentum_state_bytes(model) / MB
     return (
         f"profile {profile_name} wrote no training state: an epoch's weights and SGD momentum "
