@@ -42,7 +42,7 @@ from tutorial_utils.measurement.step import (
 from tutorial_utils.planning.budget import plan_checkpoints
 from tutorial_utils.planning.limits import peak_floor
 from tutorial_utils.planning.strategies import measure_strategies, strategy_menu
-from tutorial_utils.units import MB
+from tutorial_utils.units import MB, ratio
 
 DOGCAT_CLASSES, CIFAR_CLASSES = 2, 10
 ARTICLE_SEGMENTS = (0, 2)
@@ -90,17 +90,13 @@ def _row(model: str, setting: str, record: StepReport) -> dict:
     }
 
 
-def _ratio(value: float | None, base: float | None) -> float | None:
-    return None if value is None or not base else value / base
-
-
 def add_ratios(rows: list[dict], base: dict | None = None) -> list[dict]:
     """Each figure divided by the same figure of ``base`` (default: the first row, which should be
     the model without checkpointing); None where either is absent."""
     base = rows[0] if base is None else base
     for row in rows:
-        for name, ratio in RATIO_OF.items():
-            row[ratio] = _ratio(row.get(name), base.get(name))
+        for name, ratio_key in RATIO_OF.items():
+            row[ratio_key] = ratio(row.get(name), base.get(name))
     return rows
 
 

@@ -1,7 +1,15 @@
-"""Units shared by every layer: one definition of a megabyte.
+"""Units shared by every layer: one definition of a megabyte, and of a ratio between figures.
 
 Figures in this tutorial are MiB (2**20 bytes), written "MB" as PyTorch's and nvidia-smi's
 figures usually are.
 """
 
+from __future__ import annotations
+
 MB = 2**20
+
+
+def ratio(value: float | None, base: float | None) -> float | None:
+    """``value / base``; None where either was not measured (or the base is 0), so a missing
+    figure stays missing in every table instead of becoming a made-up 0 or inf."""
+    return None if value is None or not base else value / base

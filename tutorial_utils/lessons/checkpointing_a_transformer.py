@@ -43,7 +43,7 @@ from tutorial_utils.measurement.saved_tensors import OUTSIDE, saved_bytes_per_mo
 from tutorial_utils.measurement.step import StepReport, measure_step, next_token_loss
 from tutorial_utils.measurement.timing import Timing, time_interleaved, time_verdict
 from tutorial_utils.measurement.tracker import CATEGORIES, MemoryLimitExceeded, TensorMemoryTracker
-from tutorial_utils.units import MB
+from tutorial_utils.units import MB, ratio
 
 GB = 1e9  # cards are sold in decimal gigabytes
 ATTENTION = "sdpa"  # what transformers picks by default, and what users run
@@ -368,13 +368,9 @@ def strategy_rows(
     base = rows[0]
     for row in rows:
         row["peak_ratio"] = row["tracked_peak_mb"] / base["tracked_peak_mb"]
-        row["time_ratio"] = _ratio(row["step_seconds"], base["step_seconds"])
-        row["flops_ratio"] = _ratio(row["step_gflop"], base["step_gflop"])
+        row["time_ratio"] = ratio(row["step_seconds"], base["step_seconds"])
+        row["flops_ratio"] = ratio(row["step_gflop"], base["step_gflop"])
     return rows
-
-
-def _ratio(value: float | None, base: float | None) -> float | None:
-    return None if value is None or not base else value / base
 
 
 DRY_COLUMNS = (

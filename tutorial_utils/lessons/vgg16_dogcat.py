@@ -30,7 +30,7 @@ from tutorial_utils.measurement.dry_run import on_meta
 from tutorial_utils.measurement.step import StepReport, SweepRecord, measure_step, sweep_segments
 from tutorial_utils.measurement.timing import Timing, time_verdict
 from tutorial_utils.training.loop import History
-from tutorial_utils.units import MB
+from tutorial_utils.units import MB, ratio
 
 # -- the article's figures and ours ----------------------------------------------------------
 
@@ -93,10 +93,6 @@ def _cell(value: float | None, digits: int = 1) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
-def _ratio(checkpointed: float | None, plain: float | None) -> float | None:
-    return None if checkpointed is None or not plain else checkpointed / plain
-
-
 def comparison_table(
     plain: History, checkpointed: History, article: ArticleFigures = ARTICLE
 ) -> str:
@@ -140,11 +136,11 @@ def comparison_table(
         else:
             quoted_cells = (
                 f"{_cell(quoted[0]):>13} {_cell(quoted[1]):>12}"
-                f" {_cell(_ratio(quoted[1], quoted[0]), 2):>6}"
+                f" {_cell(ratio(quoted[1], quoted[0]), 2):>6}"
             )
         lines.append(
             f"{name:<34} {quoted_cells} {_cell(ours[0]):>11} {_cell(ours[1]):>10}"
-            f" {_cell(_ratio(ours[1], ours[0]), 2):>6}"
+            f" {_cell(ratio(ours[1], ours[0]), 2):>6}"
         )
     return "\n".join(lines)
 
@@ -480,14 +476,14 @@ def format_sweep(records: Sequence[SweepRecord], chosen: int | None = None) -> s
     for record in sorted(records, key=lambda r: r.segments):
         if dry:
             work = f"{record.flops.total / 1e9:>8,.0f}"
-            ratio = record.flops.overhead_vs(plain.flops)
+            time_ratio = record.flops.overhead_vs(plain.flops)
         else:
-            work, ratio = f"{record.seconds:>8.2f}", record.seconds / plain.seconds
+            work, time_ratio = f"{record.seconds:>8.2f}", record.seconds / plain.seconds
         mark = "  <- chosen" if record.segments == chosen else ""
         lines.append(
             f"{record.segments:>8} {record.peak_bytes / MB:>9,.1f}"
             f" {record.breakdown['activations'] / MB:>15,.1f} {work}"
-            f" {record.peak_bytes / plain.peak_bytes:>11.3f} {ratio:>19.2f}{mark}"
+            f" {record.peak_bytes / plain.peak_bytes:>11.3f} {time_ratio:>19.2f}{mark}"
         )
     return "\n".join(lines)
 

@@ -22,7 +22,7 @@ from tutorial_utils.planning.planner import (
     profile_sequential,
     uniform_boundaries,
 )
-from tutorial_utils.units import MB
+from tutorial_utils.units import MB, ratio
 
 
 @dataclass(frozen=True)
@@ -108,20 +108,16 @@ def measure_strategies(
     for row in rows:
         row["tracked_peak_ratio"] = row["tracked_peak_mb"] / base["tracked_peak_mb"]
         row["added_ratio"] = row["added_mb"] / base["added_mb"]
-        row["step_ratio"] = _ratio(row["step_seconds"], base["step_seconds"])
-        row["flops_ratio"] = _ratio(row["step_gflop"], base["step_gflop"])
+        row["step_ratio"] = ratio(row["step_seconds"], base["step_seconds"])
+        row["flops_ratio"] = ratio(row["step_gflop"], base["step_gflop"])
         row["tracked_peak_vs_best_uniform"] = (
             None if best is None else row["tracked_peak_mb"] / best["tracked_peak_mb"]
         )
         row["added_vs_best_uniform"] = None if best is None else row["added_mb"] / best["added_mb"]
         row["step_vs_best_uniform"] = (
-            None if best is None else _ratio(row["step_seconds"], best["step_seconds"])
+            None if best is None else ratio(row["step_seconds"], best["step_seconds"])
         )
     return rows
-
-
-def _ratio(value: float | None, base: float | None) -> float | None:
-    return None if value is None or not base else value / base
 
 
 def _strategy_row(model_name: str, strategy: Strategy, record) -> dict:
