@@ -54,9 +54,9 @@ import torch.nn as nn
 from tutorial_utils.articles.models import NetA, vgg16_classifier
 from tutorial_utils.articles.profiles import PROFILE_ENV
 from tutorial_utils.bench import ARTICLE_CARD_BYTES, hardware_line
-from tutorial_utils.checkpointing.segments import forward_segments
 from tutorial_utils.checkpointing.selective import OffloadedActivations
 from tutorial_utils.lessons.setup import CHECK_FIGURES_ENV
+from tutorial_utils.lessons.vgg16_dogcat import max_difference, parameter_gradients
 from tutorial_utils.measurement.batch_search import MaxBatchResult, find_max_batch_size
 from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step
 from tutorial_utils.measurement.nvml import nvml_driver_version, nvml_used_mb
@@ -651,19 +651,6 @@ GRADIENT_COLUMNS = [
 ]
 
 
-def parameter_gradients(
-    model: nn.Sequential, inputs: torch.Tensor, targets: torch.Tensor, segments: object
-) -> list[torch.Tensor]:
-    """One backward's parameter gradients, the dropout masks drawn from the same seed."""
-    model.zero_grad(set_to_none=True)
-    torch.manual_seed(0)
-    loss = nn.functional.cross_entropy(forward_segments(model, inputs, segments), targets)
-    loss.backward()
-    gradients = [parameter.grad.detach().clone() for parameter in model.parameters()]
-    model.zero_grad(set_to_none=True)
-    return gradients
-
-
 def compare_gradients(plain: list[torch.Tensor], other: list[torch.Tensor]) -> dict:
     """Whether two gradient lists are equal, bitwise and within the tests' tolerance."""
     pairs = list(zip(plain, other, strict=True))
@@ -671,7 +658,7 @@ def compare_gradients(plain: list[torch.Tensor], other: list[torch.Tensor]) -> d
         "parameters": len(pairs),
         "bitwise": all(torch.equal(a, b) for a, b in pairs),
         "close": all(torch.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in pairs),
-        "max_difference": max((a - b).abs().max().item() for a, b in pairs),
+        "max_difference": max_difference(plain, other),
     }
 
 
@@ -722,10 +709,10 @@ def offloading_section(budget: Budget) -> Outcome:
         )
         del optimizer
         free_cuda_memory()
-    inputs, targets = inputs.to(device), targets.to(device)
+    inputs = inputs.to(device)
     with torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=True):
-        plain = parameter_gradients(model, inputs, targets, 0)
-        offloaded = parameter_gradients(model, inputs, targets, OffloadedActivations())
+        plain = parameter_gradients(model, inputs, 0)  # notebook 02's: Dropout drawn after seed 0
+        offloaded = parameter_gradients(model, inputs, OffloadedActivations())
     return offloading_outcome(rows, compare_gradients(plain, offloaded))
 
 

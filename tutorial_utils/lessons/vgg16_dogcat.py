@@ -21,6 +21,7 @@ from matplotlib.figure import Figure
 from torch.utils.checkpoint import checkpoint_sequential
 
 from tutorial_utils.checkpointing.segments import (
+    CheckpointStrategy,
     forward_segments,
     segment_boundaries,
     validate_segments,
@@ -569,7 +570,7 @@ def backward_error(model: nn.Sequential, inputs: torch.Tensor, segments: int) ->
 def parameter_gradients(
     model: nn.Sequential,
     inputs: torch.Tensor,
-    segments: int,
+    segments: int | CheckpointStrategy,
     *,
     seed: int = 0,
     preserve_rng_state: bool = True,
