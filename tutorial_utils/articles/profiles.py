@@ -3,16 +3,22 @@
 The same notebook runs in seconds under nbval (``ci``), in minutes on a laptop (``cpu``), in
 minutes on one consumer or Colab GPU at the articles' image sizes and batches (``gpu``), and at
 the articles' full scale (``article``); every figure names the profile it came from.
+
+``TUTORIAL_STEPS=N`` rehearses any profile at its own image sizes, batches and budgets with only
+N steps per training epoch, 2 epochs and N evaluation batches, so the ``gpu`` and ``article``
+paths can be run end to end on a CPU before a GPU is rented.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tutorial_utils.units import MB
 
 PROFILE_ENV = "TUTORIAL_PROFILE"
+STEPS_ENV = "TUTORIAL_STEPS"
+REHEARSAL_EPOCHS = 2
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,32 @@ class Profile:
     num_workers: int
     use_real_data: bool  # False: always the small generated sets, even where the real ones exist
     save_epoch_state: bool  # the latest epoch's state on disk, for resume (VGG16: 1024 MB a run)
+    steps_cap: int | None = None  # TUTORIAL_STEPS: every loop, evaluation and data set capped
+
+    def capped(self, count: int | None) -> int | None:
+        """``count`` steps or batches, at most ``steps_cap`` of them (None stays None: all)."""
+        if self.steps_cap is None or count is None:
+            return count
+        return min(count, self.steps_cap)
+
+    def with_steps_cap(self, steps: int) -> Profile:
+        """This profile's sizes with ``steps`` steps per epoch, 2 epochs and ``steps`` eval batches."""
+        if steps < 1:
+            raise ValueError(
+                f"{STEPS_ENV} must be a whole number of steps, at least 1; got {steps}"
+            )
+        dogcat = steps * self.batch_size
+        cifar = steps * self.cifar_batch_size
+        return replace(
+            self,
+            description=f"{self.description}; rehearsal: {steps} step(s) per epoch ({STEPS_ENV})",
+            epochs=min(self.epochs, REHEARSAL_EPOCHS),
+            dogcat_train_images=min(self.dogcat_train_images, dogcat),
+            dogcat_test_images=min(self.dogcat_test_images, dogcat),
+            cifar_train_samples=min(self.cifar_train_samples or cifar, cifar),
+            cifar_test_samples=min(self.cifar_test_samples or cifar, cifar),
+            steps_cap=steps,
+        )
 
 
 PROFILES: dict[str, Profile] = {
@@ -128,13 +160,29 @@ def default_profile_name() -> str:
     return "gpu" if torch.cuda.is_available() else "cpu"
 
 
+def steps_from_environment() -> int | None:
+    """``$TUTORIAL_STEPS`` as a step count, None where unset."""
+    text = os.environ.get(STEPS_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(
+            f"{STEPS_ENV}={text!r} is not a number: set it to a step count such as 2, or unset it"
+        ) from None
+
+
 def get_profile(name: str | None = None) -> Profile:
-    """The profile named, else ``$TUTORIAL_PROFILE``, else the default for this machine."""
+    """The profile named, else ``$TUTORIAL_PROFILE``, else the machine's default; capped by
+    ``$TUTORIAL_STEPS`` where it is set."""
     chosen = name or os.environ.get(PROFILE_ENV) or default_profile_name()
     try:
-        return PROFILES[chosen]
+        profile = PROFILES[chosen]
     except KeyError:
         valid = ", ".join(PROFILES)
         raise ValueError(
             f"unknown profile {chosen!r}: set {PROFILE_ENV} to one of {valid}"
         ) from None
+    steps = steps_from_environment()
+    return profile if steps is None else profile.with_steps_cap(steps)
