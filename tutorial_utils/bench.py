@@ -27,6 +27,7 @@ import torch
 
 from tutorial_utils.articles.models import NETA_SEGMENTS, NetA, flatten_vgg16, vgg16_classifier
 from tutorial_utils.articles.profiles import Profile, get_profile
+from tutorial_utils.articles.quoted import NETA_ARTICLE
 from tutorial_utils.checkpointing.selective import SelectiveCheckpoint
 from tutorial_utils.measurement.batch_search import find_max_batch_size
 from tutorial_utils.measurement.devices import default_device, describe_device
@@ -52,7 +53,7 @@ FLAT_SEGMENTS = (0, 2, 4, round(math.sqrt(FLAT_MODULES)), 10)  # sqrt(40 modules
 ARTICLE_SIDE, ARTICLE_BATCH = 224, 64  # the first article's VGG16 step
 SELECTIVE_REGIONS = (4, 6, 10)
 NETA_ARTICLE_BATCHES = (23, 31)  # the second article's largest batches, plain and checkpointed
-ARTICLE_CARD_BYTES = 2560 * MB  # the second article's "only 2.5G usable"
+ARTICLE_CARD_BYTES = NETA_ARTICLE.card_bytes
 
 VGG16_ARTICLE, VGG16_FLAT = "VGG16 (article, 10 modules)", "VGG16 (flat, 40 modules)"
 NETA_CHECKPOINTED = f"{NETA_SEGMENTS} checkpointed segments"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 
+from tutorial_utils.articles.quoted import NETA_ARTICLE
 from tutorial_utils.units import MB
 
 PROFILE_ENV = "TUTORIAL_PROFILE"
@@ -126,7 +127,7 @@ PROFILES: dict[str, Profile] = {
         cifar_train_samples=1550,
         cifar_test_samples=620,
         cifar_batch_size=31,
-        memory_budget_bytes=int(2.5 * 2**30),
+        memory_budget_bytes=NETA_ARTICLE.card_bytes,
         sweep_batch_size=32,
         num_workers=2,
         use_real_data=True,
@@ -144,7 +145,7 @@ PROFILES: dict[str, Profile] = {
         cifar_train_samples=None,
         cifar_test_samples=None,
         cifar_batch_size=31,
-        memory_budget_bytes=int(2.5 * 2**30),
+        memory_budget_bytes=NETA_ARTICLE.card_bytes,
         sweep_batch_size=32,
         num_workers=2,
         use_real_data=True,

@@ -28,6 +28,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from tutorial_utils.articles.models import NETA_SEGMENTS, NetA, count_parameters
+from tutorial_utils.articles.quoted import NETA_ARTICLE
 from tutorial_utils.checkpointing.batchnorm import (
     RunningStats,
     compensate_momentum,
@@ -47,9 +48,9 @@ from tutorial_utils.measurement.tracker import TensorMemoryTracker
 from tutorial_utils.training.loop import test_model
 from tutorial_utils.units import MB
 
-ARTICLE_CARD_BYTES = int(2.5 * 2**30)  # "only 2.5G usable" of a GTX 970M 3 GB under Windows
-ARTICLE_IMAGE_SIZE = 224
-ARTICLE_MAX_BATCH = {"no checkpoint": 23, "checkpoint": 31}  # the article's largest batches
+ARTICLE_CARD_BYTES = NETA_ARTICLE.card_bytes
+ARTICLE_IMAGE_SIZE = NETA_ARTICLE.image_size
+ARTICLE_MAX_BATCH = NETA_ARTICLE.max_batch
 SEGMENT_LAYERS = ("layer1", "layer2-3", "layer4-5", "layer6-7", "layer8 + pool + linear")
 Batch = tuple[torch.Tensor, torch.Tensor]
 

@@ -20,6 +20,7 @@ import torch.nn as nn
 from matplotlib.figure import Figure
 from torch.utils.checkpoint import checkpoint_sequential
 
+from tutorial_utils.articles.quoted import VGG16_ARTICLE, VGG16Figures
 from tutorial_utils.checkpointing.segments import (
     CheckpointStrategy,
     forward_segments,
@@ -36,28 +37,7 @@ from tutorial_utils.units import MB, ratio
 # -- the article's figures and ours ----------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ArticleFigures:
-    """What the first article reports for VGG16, batch 64, 224 px, segments=2 (its GPU unnamed)."""
-
-    nvml_mb_plain: float = 14222.125
-    nvml_mb_checkpointed: float = 10550.125
-    epoch_seconds_plain: float = 5 * 60  # "about 5 minutes"
-    epoch_seconds_checkpointed: float = 6 * 60 + 45  # "about 6 min 45 s"
-    val_accuracy_plain: float = 79
-    val_accuracy_checkpointed: float = 79
-    claimed_slowdown: float = 0.20  # its summary: "generally about 20% longer"
-
-    @property
-    def memory_ratio(self) -> float:
-        return self.nvml_mb_checkpointed / self.nvml_mb_plain
-
-    @property
-    def time_ratio(self) -> float:
-        return self.epoch_seconds_checkpointed / self.epoch_seconds_plain
-
-
-ARTICLE = ArticleFigures()
+ARTICLE = VGG16_ARTICLE
 
 
 @dataclass(frozen=True)
@@ -94,9 +74,7 @@ def _cell(value: float | None, digits: int = 1) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
-def comparison_table(
-    plain: History, checkpointed: History, article: ArticleFigures = ARTICLE
-) -> str:
+def comparison_table(plain: History, checkpointed: History, article: VGG16Figures = ARTICLE) -> str:
     """The article's quoted figures beside ours, plain and checkpointed, with their ratios.
 
     The article measured NVML only; "not reported" marks what it does not give, "n/a" what our
@@ -183,7 +161,7 @@ def run_state_report(runs: Path, saved: bool, model: nn.Module, profile_name: st
 def comparison_statements(
     plain: History,
     checkpointed: History,
-    article: ArticleFigures = ARTICLE,
+    article: VGG16Figures = ARTICLE,
     flops_ratio: float | None = None,
 ) -> list[str]:
     """What our two runs say about the article's claims, computed from the measured numbers;
@@ -224,7 +202,7 @@ def comparison_statements(
 
 
 def plot_ratio_comparison(
-    plain: History, checkpointed: History, article: ArticleFigures = ARTICLE
+    plain: History, checkpointed: History, article: VGG16Figures = ARTICLE
 ) -> Figure:
     """Checkpointed / plain ratios of time and memory, ours beside the article's.
 
