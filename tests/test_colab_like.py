@@ -4,8 +4,11 @@ Colab serves its own Jupyter with ipywidgets 7.7.1, so the setup cell installs t
 without extras. This test builds the wheel, installs it (not editable, no extras) into a fresh
 virtual environment with ipywidgets 7.7.1 and only the tools nbval needs, checks that no
 JupyterLab came with it, and runs every notebook there under nbval in the ``ci`` profile.
-Colab runs Python 3.12; this machine's local torch wheels are for 3.11, so the rehearsal uses the
-interpreter running the tests (3.11 here) rather than download a multi-gigabyte torch for 3.12.
+It runs twice: with the interpreter and torch running the tests (Python 3.11, torch 2.14.1 here),
+and as Colab's runtime is, Python 3.12 with an older torch (``torch==2.9.1 torchvision==0.24.1``,
+a CUDA build of several GB that runs on the CPU); the oldest torch that passes is the package's
+floor in ``pyproject.toml``. ``TUTORIAL_COLAB_PYTHON`` names the 3.12 interpreter (default
+``python3.12`` on PATH) and ``TUTORIAL_WHEELHOUSE`` an optional folder of downloaded wheels.
 
 It takes minutes (a new environment, then every notebook), so it has its own marker and runs
 only when asked: ``TUTORIAL_COLAB_TEST=1 .venv/bin/pytest -m colab -s tests/test_colab_like.py``.
@@ -32,6 +35,7 @@ COLAB_PROVIDED = (
 )
 NBVAL_TOOLS = ("pytest", "nbval", "ipykernel", "nbformat", "nbclient")
 COLAB_OWNED = ("ipywidgets", "widgetsnbextension", "jupyterlab_widgets", "notebook")
+COLAB_TORCH = ("torch==2.9.1", "torchvision==0.24.1")  # an older release, as Colab's runtime has
 
 pytestmark = [
     pytest.mark.colab,
@@ -60,8 +64,26 @@ def constraints_without_colab_packages(target: Path) -> Path:
     return target
 
 
-def test_the_wheel_alone_runs_every_notebook_with_ipywidgets_7(tmp_path: Path) -> None:
+def this_runtime() -> tuple[str, tuple[str, ...]]:
+    """The interpreter and torch running the tests."""
+    return sys.executable, (
+        f"torch=={_version('torch')}",
+        f"torchvision=={_version('torchvision')}",
+    )
+
+
+def colab_runtime() -> tuple[str, tuple[str, ...]]:
+    """Python 3.12 with an older torch, as Colab's runtime has; skipped where 3.12 is missing."""
+    python = os.environ.get("TUTORIAL_COLAB_PYTHON") or shutil.which("python3.12")
+    if not python:
+        pytest.skip("no Python 3.12: set TUTORIAL_COLAB_PYTHON to a 3.12 interpreter")
+    return python, COLAB_TORCH
+
+
+@pytest.mark.parametrize("runtime", [this_runtime, colab_runtime], ids=["this-python", "py312"])
+def test_the_wheel_alone_runs_every_notebook_with_ipywidgets_7(tmp_path: Path, runtime) -> None:
     started = time.monotonic()
+    interpreter, torch_pins = runtime()
     dist = tmp_path / "dist"
     run(
         sys.executable,
@@ -76,11 +98,12 @@ def test_the_wheel_alone_runs_every_notebook_with_ipywidgets_7(tmp_path: Path) -
     )
     wheel = next(dist.glob("tutorial_utils-*.whl"))
     venv = tmp_path / "venv"
-    run(sys.executable, "-m", "venv", str(venv))
+    run(interpreter, "-m", "venv", str(venv))
     python = str(venv / "bin" / "python")
     pins = constraints_without_colab_packages(tmp_path / "constraints.txt")
-    torch_pins = [f"torch=={_version('torch')}", f"torchvision=={_version('torchvision')}"]
-    run(python, "-m", "pip", "install", "-q", *torch_pins)
+    wheelhouse = os.environ.get("TUTORIAL_WHEELHOUSE")
+    find_links = ("--find-links", wheelhouse) if wheelhouse else ()
+    run(python, "-m", "pip", "install", "-q", *find_links, *torch_pins)
     pip = (python, "-m", "pip", "install", "-q", "-c", str(pins))
     run(*pip, str(wheel))
     alone = _installed(python)
@@ -103,7 +126,11 @@ def test_the_wheel_alone_runs_every_notebook_with_ipywidgets_7(tmp_path: Path) -
         "--nbval-sanitize-with", str(ROOT / "tests" / "nbval_sanitize.cfg"), "-q", str(notebooks),
         cwd=tmp_path, env=env,
     )  # fmt: skip
-    print(f"Colab rehearsal: {time.monotonic() - started:.0f} s in all")
+    versions = _installed(python)
+    print(
+        f"Colab rehearsal with {interpreter} (torch {versions['torch']}): "
+        f"{time.monotonic() - started:.0f} s in all"
+    )
 
 
 def _installed(python: str) -> dict[str, str]:

@@ -74,6 +74,29 @@ FORMULAS = {
     ],
 }
 
+# Attention ops and where their query sits (backward ops take the output's gradient first).
+_ATTENTION_QUERY_INDEX = {
+    packet: (1 if "backward" in packet.__name__ else 0)
+    for packet in FORMULAS
+    if "scaled_dot_product" in getattr(packet, "__name__", "")
+}
+
+
+def _formula_arguments(packet, args: tuple) -> tuple:
+    """``args`` with grouped-query keys and values counted at the query's head count, as the
+    kernel broadcasts them: PyTorch 2.14's formulas do so themselves, older ones assert."""
+    index = _ATTENTION_QUERY_INDEX.get(packet)
+    if index is None or len(args) < index + 3:
+        return args
+    query, key, value = args[index : index + 3]
+    if not all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in (query, key, value)):
+        return args
+    heads = query.shape[1]
+    key_shape = torch.Size((key.shape[0], heads, *key.shape[2:]))
+    value_shape = torch.Size((value.shape[0], heads, *value.shape[2:]))
+    return (*args[: index + 1], key_shape, value_shape, *args[index + 3 :])
+
+
 _BACKEND_KEYS = {
     "cpu": torch._C.DispatchKey.CPU,
     "cuda": torch._C.DispatchKey.CUDA,
@@ -120,7 +143,8 @@ class StepFlopCounter(TorchDispatchMode):
                 return decomposed
         out = func(*args, **kwargs)
         if packet in FORMULAS:
-            self.counts[current_phase()] += int(FORMULAS[packet](*args, **kwargs, out_val=out))
+            counted = _formula_arguments(packet, args)
+            self.counts[current_phase()] += int(FORMULAS[packet](*counted, **kwargs, out_val=out))
         return out
 
     def result(self) -> StepFlops:
