@@ -22,6 +22,9 @@ from tutorial_utils.measurement.step import (
     measure_step,
     next_token_loss,
 )
+from tutorial_utils.measurement.torch_support import require_tested_torch
+
+require_tested_torch()  # before any internal API below is reached
 
 
 def meta_copy(module: nn.Module) -> nn.Module:
