@@ -34,13 +34,43 @@ def test_environment_yml_is_the_runtime_packages_and_jupyterlab():
     assert "-e ." in pip_section
 
 
+# What conda accepts in an environment file, and a dependency as conda's MatchSpec writes it.
+CONDA_KEYS = {"name", "channels", "dependencies", "prefix", "variables"}
+MATCH_SPEC = re.compile(
+    r"^[a-z0-9][a-z0-9_.-]*(=[\d.*]+|(==|>=|<=|>|<|!=)[\w.]+(,(>=|<=|>|<|!=)[\w.]+)*)?$"
+)
+
+
+def test_environment_yml_reads_as_conda_reads_it_with_pyproject_s_bounds():
+    """Conda reads the file as YAML and each string dependency as a MatchSpec; every version
+    bound must be pyproject's own. Never created here: no conda channel is reachable."""
+    environment = yaml.safe_load((ROOT / "environment.yml").read_text())
+    assert set(environment) <= CONDA_KEYS and isinstance(environment["name"], str)
+    assert all(isinstance(channel, str) for channel in environment["channels"])
+    strings = [d for d in environment["dependencies"] if isinstance(d, str)]
+    sections = [d for d in environment["dependencies"] if not isinstance(d, str)]
+    assert len(sections) == 1 and list(sections[0]) == ["pip"]  # the one nested form conda takes
+    assert all(isinstance(line, str) for line in sections[0]["pip"])
+    for spec in strings:
+        assert MATCH_SPEC.match(spec), f"{spec!r} is not a conda MatchSpec"
+    conda_bounds = {
+        CONDA_TO_PIP.get(requirement_name(s), requirement_name(s)): s[len(requirement_name(s)) :]
+        for s in strings
+    }
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for spec in pyproject["dependencies"] + pyproject["optional-dependencies"]["lab"]:
+        name = requirement_name(spec)
+        assert conda_bounds[name] == spec[len(name) :].replace(" ", ""), name
+    assert pyproject["requires-python"] == ">=3.11" and conda_bounds["python"] == "=3.11"
+
+
 def test_installing_the_package_alone_installs_no_jupyter_frontend():
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     runtime = {requirement_name(s) for s in pyproject["project"]["dependencies"]}
     assert not runtime & {"jupyterlab", "notebook", "jupyter-server", "jupyter", "ipykernel"}
     assert "ipywidgets" in runtime  # the panels: imported by the notebooks, served by any Jupyter
     lab_script = (ROOT / "scripts" / "lab").read_text()
-    assert 'setup.sh" "lab"' in lab_script  # ./scripts/lab installs JupyterLab, not test tools
+    assert 'setup.py" "lab"' in lab_script  # ./scripts/lab installs JupyterLab, not test tools
 
 
 def test_profile_from_environment_and_unknown_name(monkeypatch):

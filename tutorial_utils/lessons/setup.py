@@ -10,7 +10,7 @@ import torchvision
 
 from tutorial_utils.articles.profiles import Profile, get_profile
 from tutorial_utils.display.figure_check import check_figures_when_shown
-from tutorial_utils.measurement.devices import default_device, describe_device
+from tutorial_utils.measurement.devices import default_device, describe_device, mps_status
 
 CHECK_FIGURES_ENV = "TUTORIAL_CHECK_FIGURES"
 
@@ -25,7 +25,8 @@ def ipywidgets_version() -> str:
 
 
 def report_environment(profile_name: str | None = None) -> Profile:
-    """Print profile, device and versions; return the active profile.
+    """Print profile, device (and, on a Mac, whether Apple's GPU is usable) and versions; return
+    the active profile.
 
     With ``TUTORIAL_CHECK_FIGURES=1`` (set by the test command) every figure the notebook shows
     afterwards is checked for overlapping labels and clipped data, and an unreadable one fails.
@@ -35,6 +36,9 @@ def report_environment(profile_name: str | None = None) -> Profile:
         check_figures_when_shown()
     print(f"profile: {profile.name} ({profile.description})")
     print(f"device:  {describe_device(default_device())}")
+    apple_gpu = mps_status()
+    if apple_gpu is not None:  # on a Mac only: the cpu profile stays the default there
+        print(f"         {apple_gpu}")
     print(
         f"python {platform.python_version()}, torch {torch.__version__}, "
         f"torchvision {torchvision.__version__}, ipywidgets {ipywidgets_version()}"

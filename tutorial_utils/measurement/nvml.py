@@ -1,6 +1,6 @@
-"""What the driver and the CUDA caching allocator say about GPU memory; None with a reason elsewhere.
+"""What the driver and the GPU's allocator say about GPU memory; None with a reason elsewhere.
 
-Three figures, three meanings:
+Three CUDA figures, three meanings:
 
 * NVML "used" (``nvml_used_mb``): the number ``nvidia-smi`` and the first article print. It is the
   whole device's used memory: the CUDA context (hundreds of MB), cuDNN/cuBLAS workspaces, the
@@ -10,6 +10,10 @@ Three figures, three meanings:
   tensors (rounded to 512-byte blocks) plus allocator-served workspaces: what the tracker mirrors.
 * CUDA reserved (``memory_reserved`` / ``max_memory_reserved``): what the caching allocator holds
   from the driver, allocated or cached for reuse.
+
+On Apple's GPU (``mps``) torch keeps no peak counters, so two readings are taken after the step
+and labelled as MPS readings: ``torch.mps.current_allocated_memory`` (bytes in live tensors) and
+``driver_allocated_memory`` (all the Metal driver holds for this process, cached blocks included).
 """
 
 from __future__ import annotations
@@ -19,7 +23,10 @@ from typing import NamedTuple
 
 import torch
 
+from tutorial_utils.measurement.devices import MPS_UNTESTED, mps_available
 from tutorial_utils.units import MB
+
+MPS_LABEL = f"MPS readings after the step (torch.mps; {MPS_UNTESTED})"
 
 
 class NvmlReading(NamedTuple):
@@ -41,6 +48,14 @@ class CudaMemoryFigures(NamedTuple):
     @property
     def peak_allocated_mb(self) -> float | None:
         return None if self.peak_allocated is None else self.peak_allocated / MB
+
+
+class MpsMemoryFigures(NamedTuple):
+    """Apple's GPU memory in bytes after a step (``MPS_LABEL``), or None and why."""
+
+    allocated: int | None  # torch.mps.current_allocated_memory(): live tensors
+    driver_allocated: int | None  # torch.mps.driver_allocated_memory(): what Metal holds
+    reason: str | None = None
 
 
 @functools.lru_cache(maxsize=1)
@@ -125,3 +140,15 @@ def nvml_index(device: torch.device | str | int | None) -> int:
     if device is not None and torch.device(device).index is not None:
         return torch.device(device).index
     return torch.cuda.current_device() if torch.cuda.is_available() else 0
+
+
+def mps_memory_figures(device: torch.device | str | None) -> MpsMemoryFigures:
+    """The two readings torch.mps gives (no peaks exist there); None off Apple's GPU."""
+    if device is None or torch.device(device).type != "mps":
+        return MpsMemoryFigures(None, None, f"device {device} is not Apple's GPU (mps)")
+    if not mps_available():
+        return MpsMemoryFigures(None, None, "torch.backends.mps.is_available() is False")
+    return MpsMemoryFigures(
+        allocated=torch.mps.current_allocated_memory(),
+        driver_allocated=torch.mps.driver_allocated_memory(),
+    )

@@ -1,7 +1,8 @@
 """Memory and time of one training step, on any device: the measurements behind every figure.
 
 ``measure_step`` runs forward, backward and an optimizer step under the ``TensorMemoryTracker``
-(tracked peak, any device) and, on CUDA, reads the allocator's peaks and NVML beside it.
+(tracked peak, any device) and, on CUDA, reads the allocator's peaks and NVML beside it (on
+Apple's GPU, torch.mps's two readings after the step).
 ``find_max_batch_size`` is the second article's "largest batch on a small card" as a search, and
 ``sweep_segments`` measures one model at several checkpoint segment counts. ``MemoryMonitor``
 samples memory in a background thread for memory-over-time plots.
@@ -23,11 +24,14 @@ import torch
 import torch.nn as nn
 
 from tutorial_utils.checkpointing.segments import forward_segments
+from tutorial_utils.measurement.devices import synchronize
 from tutorial_utils.measurement.flops import StepFlopCounter, StepFlops
 from tutorial_utils.measurement.meta_attention import dry_run_context
 from tutorial_utils.measurement.nvml import (
+    MPS_LABEL,
     NvmlReading,
     cuda_memory_figures,
+    mps_memory_figures,
     nvml_index,
     nvml_used_mb,
 )
@@ -74,6 +78,9 @@ class StepReport:
     timeline: list[TimelineEvent] | None = None  # op by op, with record_timeline=True
     category_timeline: list[dict[str, int]] | None = None  # bytes per category, op by op
     timing: Timing | None = None  # every timed repeat, for the spread beside ``seconds``
+    mps_allocated: int | None = None  # torch.mps.current_allocated_memory() after the step
+    mps_driver_allocated: int | None = None  # torch.mps.driver_allocated_memory() after the step
+    mps_reason: str | None = None  # why the MPS readings are None
 
     @property
     def dry_run(self) -> bool:
@@ -106,6 +113,17 @@ class StepReport:
     @property
     def cuda_peak_reserved_mb(self) -> float | None:
         return _mb(self.cuda_peak_reserved)
+
+    @property
+    def mps_readings(self) -> str | None:
+        """Apple's GPU readings, labelled as such, to show beside the tracked peak; None off mps."""
+        if self.mps_allocated is None or self.mps_driver_allocated is None:
+            return None
+        return (
+            f"{MPS_LABEL}: {self.mps_allocated / MB:,.1f} MB in tensors, "
+            f"{self.mps_driver_allocated / MB:,.1f} MB held by the Metal driver "
+            f"(tracked peak {self.peak_mb:,.1f} MB)"
+        )
 
     @property
     def tracker_error(self) -> float | None:
@@ -171,11 +189,6 @@ def _forward(model: nn.Module, inputs: torch.Tensor, segments: Any) -> torch.Ten
     if isinstance(model, nn.Sequential):
         return forward_segments(model, inputs, segments)
     return model(inputs)
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _forward_backward_step(model, inputs, targets, segments, optimizer, loss_fn) -> None:
@@ -256,13 +269,13 @@ def measure_step(
         prime_optimizer_state(optimizer)
     else:
         step()
-        timing = time_repeats(step, repeats, lambda: _synchronize(device))
+        timing = time_repeats(step, repeats, functools.partial(synchronize, device))
         seconds = timing.fastest
 
     optimizer.zero_grad(set_to_none=True)
     cuda_before = None
     if device.type == "cuda":
-        _synchronize(device)
+        synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
         cuda_before = torch.cuda.memory_allocated(device)
     tracker = TensorMemoryTracker(
@@ -281,8 +294,9 @@ def measure_step(
     except MemoryLimitExceeded:
         optimizer.zero_grad(set_to_none=True)
         raise
-    _synchronize(device)
+    synchronize(device)
     figures = cuda_memory_figures(device)
+    mps = mps_memory_figures(device)
     nvml = (
         nvml_used_mb(nvml_index(device))
         if device.type == "cuda"
@@ -310,6 +324,9 @@ def measure_step(
         rounded_to_blocks=round_to_blocks,
         timeline=list(tracker.timeline) if record_timeline else None,
         category_timeline=list(tracker.category_timeline) if record_timeline else None,
+        mps_allocated=mps.allocated,
+        mps_driver_allocated=mps.driver_allocated,
+        mps_reason=mps.reason,
     )
 
 
@@ -347,7 +364,7 @@ def _time_counts_in_turns(
             _untracked_step, model, inputs, targets, segments, optimizer, loss_fn
         )
         steps[index]()  # warm-up: creates the optimizer's state
-    return time_interleaved(steps, repeats, lambda: _synchronize(device))
+    return time_interleaved(steps, repeats, functools.partial(synchronize, device))
 
 
 def sweep_segments(

@@ -1,0 +1,107 @@
+"""Devices: Apple's GPU (mps) detected and labelled, one synchronize for every device.
+
+The MPS paths run here with torch.backends.mps and torch.mps faked: never run on a Mac here.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from tutorial_utils.lessons.setup import report_environment
+from tutorial_utils.measurement import devices
+from tutorial_utils.measurement.devices import (
+    MPS_UNTESTED,
+    default_device,
+    describe_device,
+    mps_status,
+    synchronize,
+)
+from tutorial_utils.measurement.nvml import MPS_LABEL, mps_memory_figures
+from tutorial_utils.measurement.step import StepReport, measure_step
+from tutorial_utils.units import MB
+
+
+def _fake_mac(monkeypatch, available: bool = True) -> None:
+    monkeypatch.setattr(torch.backends.mps, "is_built", lambda: True)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: available)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+def test_without_mps_the_setup_cell_says_nothing_of_it(monkeypatch, capsys) -> None:
+    monkeypatch.setattr(torch.backends.mps, "is_built", lambda: False)
+    assert mps_status() is None
+    report_environment("ci")
+    assert "mps" not in capsys.readouterr().out
+
+
+def test_a_mac_with_mps_is_told_so_and_keeps_the_cpu_default(monkeypatch, capsys) -> None:
+    _fake_mac(monkeypatch)
+    monkeypatch.delenv("TUTORIAL_PROFILE", raising=False)
+    profile = report_environment()
+    out = capsys.readouterr().out
+    assert "Apple's GPU (mps) is available" in out and "device='mps'" in out
+    assert MPS_UNTESTED in out
+    assert profile.name == "cpu" and default_device().type == "cpu"
+
+
+def test_mps_built_but_unusable_names_the_macos_it_needs(monkeypatch) -> None:
+    _fake_mac(monkeypatch, available=False)
+    assert "12.3" in mps_status() and not devices.mps_available()
+
+
+def test_an_mps_device_is_labelled_as_untested() -> None:
+    assert describe_device("mps").startswith("mps (Apple GPU") and MPS_UNTESTED in describe_device(
+        "mps"
+    )
+
+
+def test_synchronize_waits_on_the_device_s_own_queue(monkeypatch) -> None:
+    waited = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device: waited.append(("cuda", device)))
+    monkeypatch.setattr(torch.mps, "synchronize", lambda: waited.append(("mps", None)))
+    for device in ("cpu", "meta", torch.device("cpu")):
+        synchronize(device)
+    assert waited == []
+    synchronize("mps")
+    synchronize("cuda:1")
+    assert waited == [("mps", None), ("cuda", torch.device("cuda:1"))]
+
+
+def test_mps_readings_come_from_torch_mps_and_only_on_mps(monkeypatch) -> None:
+    assert mps_memory_figures("cpu").allocated is None
+    assert "not Apple's GPU" in mps_memory_figures("cpu").reason
+    assert "is_available() is False" in mps_memory_figures("mps").reason  # no MPS here
+    _fake_mac(monkeypatch)
+    monkeypatch.setattr(torch.mps, "current_allocated_memory", lambda: 3 * MB)
+    monkeypatch.setattr(torch.mps, "driver_allocated_memory", lambda: 8 * MB)
+    figures = mps_memory_figures(torch.device("mps"))
+    assert (figures.allocated, figures.driver_allocated, figures.reason) == (3 * MB, 8 * MB, None)
+
+
+def test_a_step_report_shows_mps_readings_beside_the_tracked_peak_labelled() -> None:
+    report = StepReport(
+        peak_bytes=10 * MB,
+        breakdown={},
+        activation_peak_bytes=0,
+        seconds=None,
+        cuda_peak_allocated=None,
+        cuda_peak_reserved=None,
+        nvml_used_mb=None,
+        segments=0,
+        batch_size=1,
+        device="mps",
+        mps_allocated=3 * MB,
+        mps_driver_allocated=8 * MB,
+    )
+    line = report.mps_readings
+    assert line.startswith(MPS_LABEL) and MPS_UNTESTED in line
+    assert "3.0 MB in tensors" in line and "8.0 MB held by the Metal driver" in line
+    assert "tracked peak 10.0 MB" in line
+
+
+def test_a_cpu_step_has_no_mps_readings_and_says_why() -> None:
+    model = nn.Sequential(nn.Linear(4, 3))
+    report = measure_step(model, torch.randn(2, 4), torch.tensor([0, 1]), time_step=False)
+    assert report.mps_readings is None and report.mps_allocated is None
+    assert "not Apple's GPU" in report.mps_reason
