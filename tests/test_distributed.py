@@ -5,6 +5,7 @@ import multiprocessing
 import pytest
 
 from tutorial_utils.articles.models import count_parameters
+from tutorial_utils.articles.profiles import PROFILES
 from tutorial_utils.display.figure_check import figure_problems
 from tutorial_utils.lessons.checkpointing_at_scale import (
     DISTRIBUTED_SETUPS,
@@ -12,7 +13,7 @@ from tutorial_utils.lessons.checkpointing_at_scale import (
     SINGLE_PROCESS,
     build_model,
     compare_memory,
-    config_for_profile,
+    sizes_for,
     describe_plan,
     gradients_match,
     memory_table,
@@ -26,7 +27,8 @@ from tutorial_utils.lessons.checkpointing_at_scale import (
 from tutorial_utils.training.distributed import DistributedRunError, check_spawnable, launch
 
 WORLD_SIZE = 2
-CONFIG = config_for_profile("ci", width=32, depth=4, global_batch=16)
+CI = PROFILES["ci"]
+CONFIG = sizes_for(CI, width=32, depth=4, global_batch=16)
 
 
 @pytest.fixture(scope="module")
@@ -99,12 +101,12 @@ def test_functions_a_spawned_process_cannot_import_are_refused_before_launch():
 
 def test_uneven_global_batch_is_refused_before_launch():
     with pytest.raises(ValueError, match="multiple of 2"):
-        compare_memory(config_for_profile("ci", global_batch=15), world_size=2, device_type="cpu")
+        compare_memory(sizes_for(CI, global_batch=15), world_size=2, device_type="cpu")
 
 
 @pytest.fixture(scope="module")
 def memory_records():
-    config = config_for_profile("ci", width=32, depth=4, global_batch=256)
+    config = sizes_for(CI, width=32, depth=4, global_batch=256)
     return compare_memory(config, world_size=WORLD_SIZE, device_type="cpu")
 
 
@@ -156,5 +158,5 @@ def test_table_and_figure_show_every_record(memory_records):
 
 
 def test_describe_plan_counts_the_parameters_the_model_has():
-    config = config_for_profile("ci", width=16, depth=3, global_batch=8)
+    config = sizes_for(CI, width=16, depth=3, global_batch=8)
     assert f"{count_parameters(build_model(config)):,} parameters" in describe_plan(config, 2)

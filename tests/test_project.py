@@ -103,12 +103,6 @@ def test_profiles_grow_from_ci_to_article():
     assert gpu.dogcat_train_images % gpu.batch_size == 0  # whole batches only
 
 
-def test_every_profile_sized_table_knows_every_profile():
-    from tutorial_utils.lessons.checkpointing_at_scale import DISTRIBUTED_SIZES
-
-    assert set(DISTRIBUTED_SIZES) == set(PROFILES)
-
-
 def run_cli(*args: str, env_profile: str = "ci") -> subprocess.CompletedProcess:
     env = {"TUTORIAL_PROFILE": env_profile, "PATH": "/usr/bin:/bin"}
     return subprocess.run(

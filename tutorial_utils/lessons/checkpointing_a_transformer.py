@@ -14,7 +14,7 @@ import logging
 import math
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 import ipywidgets as widgets
@@ -27,6 +27,7 @@ from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig
 from transformers.modeling_layers import GradientCheckpointingLayer
 
+from tutorial_utils.articles.profiles import Profile
 from tutorial_utils.checkpointing.blocks import checkpointed_blocks
 from tutorial_utils.checkpointing.selective import (
     ATTENTION_OPS,
@@ -72,15 +73,16 @@ SIZES = {
 }
 
 
-def sizes_for(profile_name: str) -> Sizes:
-    """This notebook's sizes for a profile (``articles.profiles``)."""
+def sizes_for(profile: Profile) -> Sizes:
+    """This notebook's sizes for a profile; ``TUTORIAL_STEPS`` caps the timed repeats."""
     try:
-        return SIZES[profile_name]
+        sizes = SIZES[profile.name]
     except KeyError:
         raise ValueError(
-            f"no notebook-06 sizes for profile {profile_name!r}: add it to SIZES "
+            f"no notebook-06 sizes for profile {profile.name!r}: add it to SIZES "
             f"(known: {', '.join(SIZES)})"
         ) from None
+    return replace(sizes, repeats=profile.capped(sizes.repeats) or sizes.repeats)
 
 
 # -- the models ----------------------------------------------------------------------------------

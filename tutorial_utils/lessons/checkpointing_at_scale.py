@@ -30,6 +30,7 @@ from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.checkpoint import checkpoint
 
+from tutorial_utils.articles.profiles import Profile
 from tutorial_utils.display.plotting import CATEGORY_COLORS, CATEGORY_NAMES
 from tutorial_utils.measurement.tracker import CATEGORIES, TensorMemoryTracker
 from tutorial_utils.training.distributed import RankContext, launch
@@ -73,12 +74,22 @@ DISTRIBUTED_SIZES = {
 }
 
 
-def config_for_profile(profile_name: str, **overrides: int) -> BlockNetConfig:
-    """The block-model sizes of a profile, with e.g. ``depth=`` or ``global_batch=`` changed."""
-    if profile_name not in DISTRIBUTED_SIZES:
-        raise ValueError(f"unknown profile {profile_name!r}: use one of {list(DISTRIBUTED_SIZES)}")
-    base = DISTRIBUTED_SIZES[profile_name]
+def sizes_for(profile: Profile, **overrides: int) -> BlockNetConfig:
+    """The block model of a profile, with e.g. ``depth=`` or ``global_batch=`` changed."""
+    try:
+        base = DISTRIBUTED_SIZES[profile.name]
+    except KeyError:
+        known = ", ".join(DISTRIBUTED_SIZES)
+        raise ValueError(
+            f"no notebook-05 sizes for profile {profile.name!r}: add it to DISTRIBUTED_SIZES "
+            f"(known: {known})"
+        ) from None
     return replace(base, **overrides)
+
+
+def distributed_device_type(profile: Profile) -> str:
+    """``cuda`` (NCCL, every visible GPU) in the GPU profiles where CUDA exists, else ``cpu`` (gloo)."""
+    return "cuda" if profile.name in ("gpu", "article") and torch.cuda.is_available() else "cpu"
 
 
 class ResidualBlock(nn.Module):

@@ -18,12 +18,34 @@ import torch
 import torch.nn as nn
 from matplotlib.figure import Figure
 
+from tutorial_utils.articles.profiles import Profile
 from tutorial_utils.checkpointing.segments import forward_segments, segment_boundaries
 from tutorial_utils.measurement.step import SweepRecord
 from tutorial_utils.measurement.tracker import TensorMemoryTracker
 from tutorial_utils.units import MB
 
 STRATEGIES = ("keep_all", "free_as_you_go")
+
+
+@dataclass(frozen=True)
+class ChainSizes:
+    """The real chain of equal blocks that notebook 01 measures."""
+
+    depth: int  # blocks
+    width: int  # features per block
+    batch: int
+    repeats: int  # timed steps per segment count: their range is the noise
+
+
+def sizes_for(profile: Profile) -> ChainSizes:
+    """Notebook 01's chain for a profile: seconds in ``ci``, larger where timing can resolve it."""
+    if profile.name == "ci":
+        depth, width, batch, repeats = 16, 64, 1024, 1
+    elif profile.name == "cpu":
+        depth, width, batch, repeats = 16, 256, 2048, 3
+    else:  # gpu and article: a chain long enough for sqrt(n) to be visible
+        depth, width, batch, repeats = 25, 512, 4096, 3
+    return ChainSizes(depth, width, batch, profile.capped(repeats) or repeats)
 ORDERS = ("depth_first", "level_order")
 SHAPES = ("balanced", "chain")
 

@@ -20,6 +20,7 @@ import torch.nn as nn
 from matplotlib.figure import Figure
 from torch.utils.checkpoint import checkpoint_sequential
 
+from tutorial_utils.articles.profiles import Profile
 from tutorial_utils.articles.quoted import VGG16_ARTICLE, VGG16Figures
 from tutorial_utils.checkpointing.segments import (
     CheckpointStrategy,
@@ -33,6 +34,25 @@ from tutorial_utils.measurement.step import StepReport, SweepRecord, measure_ste
 from tutorial_utils.measurement.timing import Timing, time_verdict
 from tutorial_utils.training.loop import History
 from tutorial_utils.units import MB, ratio
+
+# -- sizes per profile -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What notebook 02 sweeps; image size, batch and epochs are the profile's own."""
+
+    sweep_counts: tuple[int, ...]  # segment counts the flat-layout sweep measures first
+
+
+def sizes_for(profile: Profile) -> Sizes:
+    """Notebook 02's sizes: a short sweep in ``ci``, the article-scale counts on a GPU."""
+    if profile.name == "ci":
+        return Sizes(sweep_counts=(0, 2, 6))
+    if profile.name == "cpu":
+        return Sizes(sweep_counts=(0, 2, 4, 6, 10))
+    return Sizes(sweep_counts=(0, 2, 4, 6, 8, 10, 20))  # gpu and article
+
 
 # -- the article's figures and ours ----------------------------------------------------------
 
