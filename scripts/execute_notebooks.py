@@ -28,7 +28,7 @@ from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernel
 from stamp_colab import notebook_paths, repository_url, stamp_notebook
 
 from tutorial_utils.articles.profiles import PROFILE_ENV, PROFILES, default_profile_name
-from tutorial_utils.lessons.setup import CHECK_FIGURES_ENV
+from tutorial_utils.display.figure_check import CHECK_FIGURES_ENV
 
 
 class CurrentEnvKernelSpecs(KernelSpecManager):

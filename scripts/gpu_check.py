@@ -53,12 +53,13 @@ import torch.nn as nn
 
 from tutorial_utils.articles.models import NetA, vgg16_classifier
 from tutorial_utils.articles.profiles import PROFILE_ENV
-from tutorial_utils.bench import ARTICLE_CARD_BYTES, hardware_line
+from tutorial_utils.articles.quoted import NETA_ARTICLE
 from tutorial_utils.checkpointing.selective import OffloadedActivations
-from tutorial_utils.lessons.setup import CHECK_FIGURES_ENV
-from tutorial_utils.lessons.vgg16_dogcat import max_difference, parameter_gradients
+from tutorial_utils.display.figure_check import CHECK_FIGURES_ENV
 from tutorial_utils.measurement.batch_search import MaxBatchResult, find_max_batch_size
+from tutorial_utils.measurement.devices import hardware_line
 from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step
+from tutorial_utils.measurement.gradients import compare_gradients, parameter_gradients
 from tutorial_utils.measurement.nvml import nvml_driver_version, nvml_used_mb
 from tutorial_utils.measurement.step import (
     OptimizerFactory,
@@ -528,7 +529,7 @@ def crosscheck_section(budget: Budget) -> Outcome:
 
 # NetA at the second article's 224 px under its 2.5 GB card: the dry run puts the plain step at
 # batch 64 over the card, so the doubling phase (1, 2, ..., 64) meets a real out-of-memory error.
-SEARCH_SAMPLE, SEARCH_BUDGET_BYTES = (3, 224, 224), ARTICLE_CARD_BYTES
+SEARCH_SAMPLE, SEARCH_BUDGET_BYTES = (3, 224, 224), NETA_ARTICLE.card_bytes
 
 
 def _neta_plain() -> nn.Module:
@@ -649,17 +650,6 @@ GRADIENT_COLUMNS = [
     Column("within rtol 1e-4, atol 1e-5", "close", "{}", MEASURED),
     Column("largest difference", "max_difference", "{:.3g}", MEASURED),
 ]
-
-
-def compare_gradients(plain: list[torch.Tensor], other: list[torch.Tensor]) -> dict:
-    """Whether two gradient lists are equal, bitwise and within the tests' tolerance."""
-    pairs = list(zip(plain, other, strict=True))
-    return {
-        "parameters": len(pairs),
-        "bitwise": all(torch.equal(a, b) for a, b in pairs),
-        "close": all(torch.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in pairs),
-        "max_difference": max_difference(plain, other),
-    }
 
 
 def offloading_outcome(rows: list[dict], gradients: dict) -> Outcome:

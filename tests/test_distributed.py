@@ -13,17 +13,17 @@ from tutorial_utils.lessons.checkpointing_at_scale import (
     SINGLE_PROCESS,
     build_model,
     compare_memory,
-    sizes_for,
     describe_plan,
-    gradients_match,
     memory_table,
     plot_memory_by_setup,
     raise_on_rank,
     run_ddp_cases,
     savings,
     single_process_gradients,
+    sizes_for,
     stall_on_rank,
 )
+from tutorial_utils.measurement.gradients import gradients_match
 from tutorial_utils.training.distributed import DistributedRunError, check_spawnable, launch
 
 WORLD_SIZE = 2

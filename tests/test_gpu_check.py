@@ -21,9 +21,10 @@ import torch
 import torch.nn as nn
 
 from tutorial_utils.articles.profiles import PROFILE_ENV
-from tutorial_utils.lessons.setup import CHECK_FIGURES_ENV
+from tutorial_utils.display.figure_check import CHECK_FIGURES_ENV
 from tutorial_utils.measurement.batch_search import BatchTrial, MaxBatchResult
 from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step
+from tutorial_utils.measurement.gradients import compare_gradients
 from tutorial_utils.measurement.step import adam_optimizer, default_optimizer
 from tutorial_utils.units import MB
 
@@ -444,9 +445,9 @@ def test_batch_search_outcome_passes_only_when_the_oom_was_survived():
 
 def test_offloading_outcome_needs_a_lower_peak_and_the_same_gradients():
     plain = [torch.ones(3), torch.arange(4.0)]
-    same = gpu_check.compare_gradients(plain, [g.clone() for g in plain])
+    same = compare_gradients(plain, [g.clone() for g in plain])
     assert same == {"parameters": 2, "bitwise": True, "close": True, "max_difference": 0.0}
-    off = gpu_check.compare_gradients(plain, [plain[0] + 1e-7, plain[1] + 1.0])
+    off = compare_gradients(plain, [plain[0] + 1e-7, plain[1] + 1.0])
     assert off["bitwise"] is False and off["close"] is False and off["max_difference"] == 1.0
     rows = [
         {"step": "plain", "cuda_peak_allocated_mb": 100.0},

@@ -8,6 +8,7 @@ import torch.nn as nn
 
 from tutorial_utils.articles.models import vgg16_classifier
 from tutorial_utils.lessons import vgg16_dogcat
+from tutorial_utils.measurement.gradients import max_difference, parameter_gradients
 from tutorial_utils.measurement.step import measure_step
 from tutorial_utils.training.loop import EpochRecord, History
 
@@ -192,11 +193,11 @@ def test_dropout_gradients_match_only_with_the_rng_state_preserved() -> None:
     # 8 modules in 4 segments: the Dropout (module 6) is in the last; 8 segments checkpoint it
     assert vgg16_dogcat.dropout_segments(model, 4) == [(6, 8, False)]
     assert vgg16_dogcat.dropout_segments(model, 8) == [(6, 7, True)]
-    reference = vgg16_dogcat.parameter_gradients(model, INPUTS, 0, seed=3)
-    preserved = vgg16_dogcat.parameter_gradients(model, INPUTS, 8, seed=3)
-    fresh = vgg16_dogcat.parameter_gradients(model, INPUTS, 8, seed=3, preserve_rng_state=False)
-    assert vgg16_dogcat.max_difference(reference, preserved) == 0.0
-    assert vgg16_dogcat.max_difference(reference, fresh) > 0.0
+    reference = parameter_gradients(model, INPUTS, 0, seed=3)
+    preserved = parameter_gradients(model, INPUTS, 8, seed=3)
+    fresh = parameter_gradients(model, INPUTS, 8, seed=3, preserve_rng_state=False)
+    assert max_difference(reference, preserved) == 0.0
+    assert max_difference(reference, fresh) > 0.0
 
 
 def test_call_counts_show_recomputation_and_the_early_stop() -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import platform
 import time
 from collections.abc import Callable, Sequence
 
@@ -30,7 +29,7 @@ from tutorial_utils.articles.profiles import Profile, get_profile
 from tutorial_utils.articles.quoted import NETA_ARTICLE
 from tutorial_utils.checkpointing.selective import SelectiveCheckpoint
 from tutorial_utils.measurement.batch_search import find_max_batch_size
-from tutorial_utils.measurement.devices import default_device, describe_device
+from tutorial_utils.measurement.devices import default_device, hardware_line
 from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step
 from tutorial_utils.measurement.step import (
     DRY_RUN_LABEL,
@@ -318,15 +317,6 @@ def format_table(rows: list[dict], columns: Columns = COLUMNS) -> str:
         cells = ["n/a" if row.get(key) is None else fmt.format(row[key]) for key, _, fmt in columns]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def hardware_line(device: torch.device | str | None = None) -> str:
-    """What the figures were measured on."""
-    return (
-        f"{describe_device(device)}; {platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} CPUs visible, torch {torch.__version__} "
-        f"({torch.get_num_threads()} threads)"
-    )
 
 
 def print_dry_run_bench(bench: DryRunBench) -> None:

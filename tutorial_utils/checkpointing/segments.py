@@ -36,10 +36,15 @@ class CheckpointStrategy(Protocol):
     ) -> torch.Tensor: ...
 
 
+# what every step, sweep and training loop accepts: a segment count (0 or 1 = no checkpointing)
+# or a strategy that runs the forward its own way
+Segments = int | CheckpointStrategy
+
+
 def forward_segments(
     model: nn.Sequential,
     x: torch.Tensor,
-    segments: int | CheckpointStrategy,
+    segments: Segments,
     *,
     use_reentrant: bool = False,
     preserve_rng_state: bool = True,

@@ -23,6 +23,7 @@ from matplotlib.patches import Rectangle
 from matplotlib.text import Text
 from matplotlib.transforms import Bbox
 
+CHECK_FIGURES_ENV = "TUTORIAL_CHECK_FIGURES"  # "1": every figure shown is checked
 TOLERANCE_PX = 1.0  # overlaps or overhangs smaller than this are rendering noise, not problems
 
 

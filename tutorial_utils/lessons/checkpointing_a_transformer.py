@@ -39,6 +39,7 @@ from tutorial_utils.display.tables import columns_table, text_table
 from tutorial_utils.display.widgets import RunPanel, batch_size_slider, int_slider
 from tutorial_utils.lessons.choosing_what_to_checkpoint import pareto_front
 from tutorial_utils.measurement.batch_search import largest_fitting
+from tutorial_utils.measurement.gradients import named_gradients
 from tutorial_utils.measurement.meta_attention import dry_run_context, unpacked_batches_on_meta
 from tutorial_utils.measurement.saved_tensors import OUTSIDE, saved_bytes_per_module
 from tutorial_utils.measurement.step import StepReport, measure_step, next_token_loss
@@ -705,12 +706,7 @@ def _gradients(model: nn.Module, ids: torch.Tensor) -> tuple[dict, list[str], st
         except RuntimeError as failure:
             error = str(failure).splitlines()[0]
     caught = sorted({str(r.message) for r in records})
-    grads = {
-        name: None if p.grad is None else p.grad.detach().clone()
-        for name, p in model.named_parameters()
-        if p.requires_grad
-    }
-    return grads, caught, error
+    return named_gradients(model), caught, error
 
 
 def lora_pitfall(model: nn.Module, sequence: int = 32, batch: int = 2) -> list[GradientCheck]:

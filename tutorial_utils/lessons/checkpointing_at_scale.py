@@ -32,6 +32,7 @@ from torch.utils.checkpoint import checkpoint
 
 from tutorial_utils.articles.profiles import Profile
 from tutorial_utils.display.plotting import CATEGORY_COLORS, CATEGORY_NAMES
+from tutorial_utils.measurement.gradients import gradients_match, named_gradients
 from tutorial_utils.measurement.tracker import CATEGORIES, TensorMemoryTracker
 from tutorial_utils.training.distributed import RankContext, launch
 from tutorial_utils.units import MB
@@ -173,7 +174,7 @@ def single_process_gradients(
     model = build_model(config, tied_blocks=tied_blocks)
     inputs, labels = global_batch(config)
     F.cross_entropy(model(inputs), labels).backward()
-    return {name: p.grad.clone() for name, p in model.named_parameters()}
+    return named_gradients(model)
 
 
 @dataclass(frozen=True)
@@ -257,18 +258,6 @@ def run_ddp_cases(
             results.append(DDPCaseResult(case, ctx.rank, loss.item(), gradients, None))
         dist.barrier()  # both ranks finish a case before the next one builds its buckets
     return results
-
-
-def gradients_match(
-    gradients: dict[str, torch.Tensor],
-    reference: dict[str, torch.Tensor],
-    rtol: float = 1e-4,
-    atol: float = 1e-6,
-) -> bool:
-    """Same parameter names, and every gradient ``allclose`` to the reference."""
-    return gradients.keys() == reference.keys() and all(
-        torch.allclose(gradients[name], reference[name], rtol=rtol, atol=atol) for name in reference
-    )
 
 
 def raise_on_rank(ctx: RankContext, failing_rank: int) -> int:

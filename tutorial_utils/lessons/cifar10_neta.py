@@ -42,6 +42,7 @@ from tutorial_utils.display.widgets import RunPanel, budget_slider, int_slider, 
 from tutorial_utils.measurement.batch_search import find_max_batch_size
 from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step
 from tutorial_utils.measurement.flops import StepFlopCounter
+from tutorial_utils.measurement.gradients import relative_gap
 from tutorial_utils.measurement.step import DRY_RUN_LABEL, adam_optimizer
 from tutorial_utils.measurement.timing import Timing, time_interleaved, time_verdict
 from tutorial_utils.measurement.tracker import TensorMemoryTracker
@@ -313,13 +314,12 @@ def _synchronize(device: torch.device) -> None:
 def gradient_gap(strategy: Strategy, inputs: torch.Tensor, targets: torch.Tensor) -> float:
     """||g - g_plain|| / ||g_plain|| for the first step's gradients, from the same weights."""
 
-    def gradients(chosen: Strategy) -> torch.Tensor:
+    def gradients(chosen: Strategy) -> list[torch.Tensor]:
         model = chosen.build(device=inputs.device).train()
         accumulate_gradients(model, inputs, targets, chosen.micro_batches)
-        return torch.cat([p.grad.flatten() for p in model.parameters()])
+        return [p.grad for p in model.parameters()]
 
-    plain = gradients(PLAIN)
-    return float((gradients(strategy) - plain).norm() / plain.norm())
+    return relative_gap(gradients(strategy), gradients(PLAIN))
 
 
 LOSS_WINDOW = 10  # the last optimizer steps whose training losses are averaged

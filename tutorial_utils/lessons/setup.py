@@ -9,10 +9,8 @@ import torch
 import torchvision
 
 from tutorial_utils.articles.profiles import Profile, get_profile
-from tutorial_utils.display.figure_check import check_figures_when_shown
+from tutorial_utils.display.figure_check import CHECK_FIGURES_ENV, check_figures_when_shown
 from tutorial_utils.measurement.devices import default_device, describe_device, mps_status
-
-CHECK_FIGURES_ENV = "TUTORIAL_CHECK_FIGURES"
 
 
 def ipywidgets_version() -> str:

@@ -46,6 +46,8 @@ def sizes_for(profile: Profile) -> ChainSizes:
     else:  # gpu and article: a chain long enough for sqrt(n) to be visible
         depth, width, batch, repeats = 25, 512, 4096, 3
     return ChainSizes(depth, width, batch, profile.capped(repeats) or repeats)
+
+
 ORDERS = ("depth_first", "level_order")
 SHAPES = ("balanced", "chain")
 

@@ -23,7 +23,6 @@ from torch.utils.checkpoint import checkpoint_sequential
 from tutorial_utils.articles.profiles import Profile
 from tutorial_utils.articles.quoted import VGG16_ARTICLE, VGG16Figures
 from tutorial_utils.checkpointing.segments import (
-    CheckpointStrategy,
     forward_segments,
     segment_boundaries,
     validate_segments,
@@ -563,32 +562,6 @@ def backward_error(model: nn.Sequential, inputs: torch.Tensor, segments: int) ->
     finally:
         model.zero_grad(set_to_none=True)
     return None
-
-
-def parameter_gradients(
-    model: nn.Sequential,
-    inputs: torch.Tensor,
-    segments: int | CheckpointStrategy,
-    *,
-    seed: int = 0,
-    preserve_rng_state: bool = True,
-) -> list[torch.Tensor]:
-    """Parameter gradients of ``output.sum()`` in train mode (Dropout active), seeded first."""
-    model.train()
-    model.zero_grad(set_to_none=True)
-    torch.manual_seed(seed)
-    output = forward_segments(
-        model, inputs, segments, use_reentrant=False, preserve_rng_state=preserve_rng_state
-    )
-    output.sum().backward()
-    grads = [p.grad.detach().clone() for p in model.parameters()]
-    model.zero_grad(set_to_none=True)
-    return grads
-
-
-def max_difference(first: Sequence[torch.Tensor], second: Sequence[torch.Tensor]) -> float:
-    """Largest absolute elementwise difference between two lists of same-shaped tensors."""
-    return max((a - b).abs().max().item() for a, b in zip(first, second, strict=True))
 
 
 def dropout_segments(model: nn.Sequential, segments: int) -> list[tuple[int, int, bool]]:

@@ -9,6 +9,7 @@ never passes a dry run off as a CPU measurement.
 from __future__ import annotations
 
 import os
+import platform
 
 import torch
 
@@ -69,3 +70,12 @@ def synchronize(device: torch.device | str) -> None:
         torch.cuda.synchronize(device)
     elif device.type == "mps":
         torch.mps.synchronize()
+
+
+def hardware_line(device: torch.device | str | None = None) -> str:
+    """What the figures were measured on."""
+    return (
+        f"{describe_device(device)}; {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} CPUs visible, torch {torch.__version__} "
+        f"({torch.get_num_threads()} threads)"
+    )

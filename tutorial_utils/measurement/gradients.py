@@ -1,0 +1,83 @@
+"""Gradients taken and compared: the one place that decides whether two backward passes agree.
+
+Checkpointing must change memory and time, never the gradients; every notebook and the GPU check
+prove that the same way, with these functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+import torch.nn as nn
+
+from tutorial_utils.checkpointing.segments import Segments, forward_segments
+
+RTOL, ATOL = 1e-4, 1e-5  # float32 sums reordered by recomputation stay well inside these
+
+
+def named_gradients(model: nn.Module) -> dict[str, torch.Tensor | None]:
+    """A detached copy of every trainable parameter's gradient by name (None where none arrived)."""
+    return {
+        name: None if p.grad is None else p.grad.detach().clone()
+        for name, p in model.named_parameters()
+        if p.requires_grad
+    }
+
+
+def parameter_gradients(
+    model: nn.Sequential,
+    inputs: torch.Tensor,
+    segments: Segments,
+    *,
+    seed: int = 0,
+    preserve_rng_state: bool = True,
+) -> list[torch.Tensor]:
+    """Parameter gradients of ``output.sum()`` in train mode (Dropout active), seeded first."""
+    model.train()
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(seed)
+    output = forward_segments(
+        model, inputs, segments, use_reentrant=False, preserve_rng_state=preserve_rng_state
+    )
+    output.sum().backward()
+    grads = [p.grad.detach().clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    return grads
+
+
+def max_difference(first: Sequence[torch.Tensor], second: Sequence[torch.Tensor]) -> float:
+    """Largest absolute elementwise difference between two lists of same-shaped tensors."""
+    return max((a - b).abs().max().item() for a, b in zip(first, second, strict=True))
+
+
+def relative_gap(gradients: Sequence[torch.Tensor], reference: Sequence[torch.Tensor]) -> float:
+    """``||g - g_ref|| / ||g_ref||`` over all parameters: 0 for the same gradient."""
+    flat = torch.cat([g.flatten() for g in gradients])
+    flat_reference = torch.cat([g.flatten() for g in reference])
+    return float((flat - flat_reference).norm() / flat_reference.norm())
+
+
+def gradients_match(
+    gradients: Mapping[str, torch.Tensor],
+    reference: Mapping[str, torch.Tensor],
+    rtol: float = RTOL,
+    atol: float = ATOL,
+) -> bool:
+    """Same parameter names, and every gradient ``allclose`` to the reference."""
+    return gradients.keys() == reference.keys() and all(
+        torch.allclose(gradients[name], reference[name], rtol=rtol, atol=atol) for name in reference
+    )
+
+
+def compare_gradients(
+    reference: Sequence[torch.Tensor], other: Sequence[torch.Tensor]
+) -> dict[str, int | bool | float]:
+    """Whether two gradient lists are equal, bitwise and within ``RTOL``/``ATOL``: one table row."""
+    pairs = list(zip(reference, other, strict=True))
+    return {
+        "parameters": len(pairs),
+        "bitwise": all(torch.equal(a, b) for a, b in pairs),
+        "close": all(torch.allclose(a, b, rtol=RTOL, atol=ATOL) for a, b in pairs),
+        "max_difference": max_difference(reference, other),
+    }
