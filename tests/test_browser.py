@@ -1,10 +1,13 @@
 """Every notebook as a reader uses it: JupyterLab in headless Chromium, Run All, move the sliders.
 
-A notebook can pass nbval and still fail its readers: a widget that does not render in
+This is the suite's one execution of each notebook (``ci`` profile, every figure checked for
+readability). A notebook can run and still fail its readers: a widget that does not render in
 JupyterLab, or a slider whose panel never updates. This test starts one JupyterLab server on a
 throwaway copy of notebooks/ (so the committed notebooks are never touched), drives Debian's
-Chromium through Playwright (no browser download), and for every widget panel types a new value
-into a slider's readout, presses Enter, clicks the panel's Run button and waits for its output to
+Chromium through Playwright (no browser download), runs all cells, saves the notebook and applies
+nbval's checks to that saved run (``tests/saved_run.py``: every cell ran without error, tagged
+cells reproduce their committed output), then for every widget panel types a new value into a
+slider's readout, presses Enter, clicks the panel's Run button and waits for its output to
 change. Screenshots land in test-artifacts/screenshots/.
 """
 
@@ -27,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.saved_run import saved_run_problems
 
 pytestmark = pytest.mark.browser
 
@@ -206,7 +211,7 @@ def start_lab(workdir: Path) -> LabServer:
         capture_output=True,
     )
     env.pop("MPLBACKEND", None)  # the kernel's inline backend shows figures, as for a reader
-    env.pop("TUTORIAL_CHECK_FIGURES", None)  # nbval checked the figures; a reader has no check
+    env["TUTORIAL_CHECK_FIGURES"] = "1"  # an unreadable figure fails its cell, as under nbval
     port, token = free_port(), secrets.token_hex(16)
     log = workdir / "jupyterlab.log"
     command = [
@@ -308,6 +313,20 @@ def assert_no_error_outputs(page, when: str) -> None:
     assert not errors, f"error output {when}:\n" + "\n---\n".join(t[-2000:] for t in errors)
 
 
+def save_and_read(page, lab: LabServer, notebook: Path) -> dict:
+    """Save the notebook as a reader does (Ctrl+S) and read back what JupyterLab wrote."""
+    path = f"/api/contents/{urllib.parse.quote(notebook.name)}"
+    before = lab.api(path + "?content=0")["last_modified"]
+    page.locator(".jp-NotebookPanel .jp-Cell").first.click()
+    page.keyboard.press("Escape")  # command mode: the shortcut saves the notebook
+    page.keyboard.press("ControlOrMeta+S")
+    deadline = time.monotonic() + PANEL_TIMEOUT_S
+    while lab.api(path + "?content=0")["last_modified"] == before:
+        assert time.monotonic() < deadline, "JupyterLab did not save the notebook"
+        page.wait_for_timeout(250)
+    return lab.api(path + "?content=1")["content"]
+
+
 def next_value(readout_text: str, minimum: float, maximum: float) -> str:
     """A value one notch from the current one, inside the slider's range, as a reader types it."""
     current = float(readout_text)
@@ -403,6 +422,8 @@ def test_notebook_runs_and_its_widgets_respond(chromium_browser, lab, notebook: 
         page.wait_for_function(RUN_ALL_DONE_JS, timeout=RUN_ALL_TIMEOUT_S * 1000)
         run_all_s = time.monotonic() - started
         assert_no_error_outputs(page, "after Run All Cells")
+        problems = saved_run_problems(notebook, save_and_read(page, lab, notebook))
+        assert not problems, "\n".join(problems)
 
         assert page.locator(".widget-slider").count(), "no ipywidgets slider rendered"
         page.locator(".widget-slider").first.wait_for(state="visible")
