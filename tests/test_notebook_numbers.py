@@ -31,10 +31,8 @@ HEADING_NUMBER = re.compile(r"^(#+\s*)[\d.]+\s", re.M)
 LIST_NUMBER = re.compile(r"^(\s*)\d+\.\s", re.M)
 BLOCKQUOTE = re.compile(r"^\s*>.*$", re.M)
 CITED_YEAR = re.compile(r"et al\.,?\s*\(?\d{4}")
-# a number, not part of a name: not after a letter (except the multiplier x) or "letter-"
-NUMBER = re.compile(
-    r"(?<![A-Za-z\d.,])(?<![A-Za-z]-)(?:(?<=x)|(?<!x))(\d[\d,]*(?:\.\d+)?)(?![A-Za-z\d])"
-)
+# a number, not part of a name: not after a letter (the multiplier x aside) or after "letter-"
+NUMBER = re.compile(r"(?<![A-Za-wy-z\d.,])(?<![A-Za-z]-)(\d+(?:,\d{3})*(?:\.\d+)?)(?![A-Za-z\d])")
 ANY_NUMBER = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?")
 
 
