@@ -113,3 +113,18 @@ def test_test_runs_with_only_mac_tools_up_to_pytest(tmp_path) -> None:
     calls = log.read_text().splitlines()
     assert [call.split()[0] for call in calls] == ["ruff", "ruff", "lint-imports", "python"]
     assert calls[-1].startswith("python -m pytest") and calls[-1].endswith("notebooks -k x")
+    assert "--nbval-lax" in calls[-1]  # without chromium nbval runs the notebooks
+    assert "the notebooks run under nbval instead" in result.stderr
+
+
+def test_test_with_chromium_leaves_the_notebooks_to_the_browser_test(tmp_path) -> None:
+    root, log = _fake_checkout(tmp_path, with_venv_python=True)
+    bin_dir = _mac_path(tmp_path)
+    chromium = bin_dir / "chromium"
+    chromium.write_text("#!/bin/sh\nexit 0\n")
+    chromium.chmod(0o755)
+    result = _run(root, bin_dir, "scripts/test", "-k", "x")
+    assert result.returncode == 0, result.stderr
+    pytest_call = log.read_text().splitlines()[-1]
+    assert pytest_call.endswith("--dist loadscope tests -k x")  # each notebook runs once, in Lab
+    assert "nbval" not in pytest_call
