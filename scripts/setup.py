@@ -71,7 +71,7 @@ TORCH_PINS = {
 }
 UNSUPPORTED = {
     ("Darwin", "x86_64"): "PyTorch publishes no wheel for Intel Macs after torch 2.2.2, and this "
-    f"package needs torch 2.4 or later: {COLAB}",
+    f"package needs torch 2.9 or later: {COLAB}",
     ("Windows", "arm64"): f"PyPI has no torch wheel for Windows on Arm: {COLAB}",
 }
 MACHINE_ALIASES = {"amd64": "x86_64", "x64": "x86_64"}
