@@ -181,6 +181,7 @@ def train_step(
     *,
     limit_bytes: int | None = None,
     autocast: EmulatedAutocast | None = None,
+    round_to_blocks: bool = False,
 ) -> StepReport:
     """One tracked training step of ``model`` (meta: a dry run; elsewhere: real) under
     ``strategy``, with the workload's optimizer and precision."""
@@ -200,6 +201,7 @@ def train_step(
             time_step=False,
             limit_bytes=limit_bytes,
             autocast=autocast,
+            round_to_blocks=round_to_blocks,
         )
 
 
@@ -355,3 +357,14 @@ def summary_rows(result: Estimate) -> list[dict]:
         )
         rows.append(entry)
     return rows
+
+
+def dry_run_and_real_step(
+    workload: Workload, strategy: Strategy, device: str = "cuda"
+) -> tuple[StepReport, StepReport]:
+    """The same step as a dry run (storages in CUDA's 512-byte blocks, as the allocator counts)
+    and for real on ``device`` (random weights from the config; on CUDA the report carries
+    ``torch.cuda.max_memory_allocated`` as ``cuda_peak_allocated``)."""
+    dry = train_step(build_model(workload), workload, strategy, round_to_blocks=True)
+    real = train_step(build_model(workload, device=device), workload, strategy)
+    return dry, real

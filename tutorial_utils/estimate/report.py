@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from tutorial_utils.estimate.estimator import Estimate, GiB, describe_precision
+from tutorial_utils.estimate.estimator import Estimate, GiB, Workload, describe_precision
 from tutorial_utils.estimate.strategies import OFFLOAD_NOTE
-from tutorial_utils.measurement.step import DRY_RUN_LABEL
+from tutorial_utils.measurement.step import DRY_RUN_LABEL, StepReport
 from tutorial_utils.measurement.tracker import CATEGORIES
 
 CATEGORY_LABELS = {
@@ -67,3 +67,18 @@ def estimate_table(result: Estimate) -> str:
         timing += f"; largest-fit search (steps of {unit}): {result.search_seconds:.1f} s"
     lines += ["", timing]
     return "\n".join(lines)
+
+
+def cuda_comparison(
+    workload: Workload, strategy_name: str, dry: StepReport, real: StepReport
+) -> str:
+    """A real CUDA step's ``max_memory_allocated`` beside the dry run's peak, in MiB."""
+    if real.cuda_peak_allocated is None:
+        raise ValueError(f"the real step has no CUDA peak ({real.cuda_reason})")
+    gap = (real.cuda_peak_allocated - dry.peak_bytes) / dry.peak_bytes
+    return (
+        f"{strategy_name}, {workload.model}, batch {workload.batch} x {workload.size}, "
+        f"{describe_precision(workload.precision)}: dry run {dry.peak_bytes / 2**20:,.1f} MiB, "
+        f"torch.cuda.max_memory_allocated {real.cuda_peak_allocated / 2**20:,.1f} MiB "
+        f"(measured; {gap:+.2%})"
+    )
