@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from tutorial_utils.articles.profiles import PROFILES, get_profile
@@ -132,6 +133,12 @@ def add_estimate_parser(commands) -> None:
         "card (10%%) or a size (1.5GB); an assumption, not measured",
     )
     estimate.add_argument("--no-search", action="store_true", help="skip the largest-fit search")
+    estimate.add_argument(
+        "--jobs",
+        type=positive_int,
+        default=min(2, os.cpu_count() or 1),
+        help="processes for the strategies' dry runs (Linux; default: 2 where there are 2 cores)",
+    )
 
 
 def positive_int(text: str) -> int:
@@ -204,7 +211,7 @@ def run_estimate(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr, flush=True)
 
     print(f"building {workload.model} on the meta device...", file=sys.stderr, flush=True)
-    result = estimate(workload, strategies, card, search=False, progress=progress)
+    result = estimate(workload, strategies, card, search=False, jobs=args.jobs)
     print(estimate_table(result), flush=True)
     if args.no_search:
         return 0

@@ -241,27 +241,30 @@ def estimate(
     search: bool = True,
     progress: Callable[[str], None] | None = None,
     max_size: int | None = None,
+    jobs: int = 1,
 ) -> Estimate:
     """A dry run of one training step per strategy on the meta device, against ``card``.
 
-    ``search`` also finds the largest size that fits (``search_largest``)."""
+    ``search`` also finds the largest size that fits (``search_largest``). ``jobs`` > 1 runs
+    the strategies in that many forked processes (Linux; only from a process that has not run
+    a backward pass yet, as autograd's threads do not survive a fork: the command line's case).
+    """
     from tutorial_utils.estimate.models import describe_model
 
     started = time.perf_counter()
     model = model if model is not None else build_model(workload)
     result = Estimate(workload, card, describe_model(model), model=model)
+    runnable = [strategy for strategy in strategies if not strategy.gpu_only]
+    outcomes = dict(zip(runnable, _run_strategies(model, workload, runnable, jobs), strict=True))
     for strategy in strategies:
         if strategy.gpu_only:
             result.rows.append(StrategyEstimate(strategy, None))
-            continue
-        try:
-            report = train_step(model, workload, strategy)
-        except RuntimeError as failure:  # e.g. selective checkpointing around an in-place op
-            reason = str(failure).splitlines()[0]
-            result.rows.append(StrategyEstimate(strategy, None, error=reason))
-            continue
-        fits = report.peak_bytes <= card.budget_bytes
-        result.rows.append(StrategyEstimate(strategy, report, fits=fits))
+        elif isinstance(outcomes[strategy], str):  # why it could not run
+            result.rows.append(StrategyEstimate(strategy, None, error=outcomes[strategy]))
+        else:
+            report = outcomes[strategy]
+            fits = report.peak_bytes <= card.budget_bytes
+            result.rows.append(StrategyEstimate(strategy, report, fits=fits))
     measured = [row for row in result.rows if row.report is not None]
     base = next((row for row in measured if row.strategy.kind == "none"), None)
     for row in measured:
@@ -271,6 +274,43 @@ def estimate(
     if search:
         search_largest(result, progress=progress, max_size=max_size)
     return result
+
+
+_FORKED: tuple[nn.Module, Workload] | None = None  # what forked workers dry-run
+
+
+def _outcome(model: nn.Module, workload: Workload, strategy: Strategy) -> StepReport | str:
+    """The strategy's dry run, or why it could not run (selective checkpointing around an
+    in-place op, say)."""
+    try:
+        return train_step(model, workload, strategy)
+    except RuntimeError as failure:
+        return str(failure).splitlines()[0]
+
+
+def _forked_outcome(strategy: Strategy) -> StepReport | str:
+    model, workload = _FORKED
+    return _outcome(model, workload, strategy)
+
+
+def _run_strategies(
+    model: nn.Module, workload: Workload, strategies: Sequence[Strategy], jobs: int
+) -> list[StepReport | str]:
+    import multiprocessing
+    import sys
+
+    if jobs < 2 or len(strategies) < 2 or sys.platform != "linux":
+        return [_outcome(model, workload, strategy) for strategy in strategies]
+    global _FORKED
+    _FORKED = (model, workload)
+    try:
+        with multiprocessing.get_context("fork").Pool(min(jobs, len(strategies))) as pool:
+            outcomes = pool.map(_forked_outcome, strategies, chunksize=1)
+    finally:
+        _FORKED = None
+    if any(isinstance(o, str) and "fork" in o for o in outcomes):  # autograd ran before: serial
+        return [_outcome(model, workload, strategy) for strategy in strategies]
+    return outcomes
 
 
 def search_largest(
