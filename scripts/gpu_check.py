@@ -863,6 +863,78 @@ def notebooks_section(
     return Outcome([Table("Notebooks", NOTEBOOK_COLUMNS, rows)], notes, failures)
 
 
+# -- the estimate command against the CUDA allocator ----------------------------------------
+
+# (workload, strategy) pairs ``python -m tutorial_utils estimate`` answers, small enough for any
+# GPU: a LoRA Llama under CUDA autocast (the emulated cast policy), a fully trained GPT-2 in bf16,
+# a ResNet-50 under autocast with selective checkpointing.
+ESTIMATE_CHECKS = (
+    ("hf:llama-3.2-1b", 1, 1024, "amp-bf16", 16, "every-block"),
+    ("hf:gpt2", 2, 512, "bf16", 0, "none"),
+    ("torchvision:resnet50", 16, 224, "amp-bf16", 0, "selective"),
+)
+ESTIMATE_TOLERANCE = 0.02  # kernels' workspaces (cuBLAS, cuDNN) are in CUDA's peak only
+ESTIMATE_COLUMNS = [
+    Column("model", "model"),
+    Column("batch x size", "shape"),
+    Column("precision", "precision"),
+    Column("strategy", "strategy"),
+    Column("estimate MB, 512 B blocks", "estimate_mb", "{:.1f}", DRY_RUN),
+    Column("tracked peak MB", "tracked_peak_mb", "{:.1f}", MEASURED),
+    Column("CUDA peak allocated MB", "cuda_peak_allocated_mb", "{:.1f}", MEASURED),
+    Column("estimate error", "estimate_error", "{:+.2%}", DRY_RUN),
+]
+
+
+def estimate_rows(device: torch.device, checks: tuple = ESTIMATE_CHECKS) -> list[dict]:
+    """Each check's estimate (a dry run) beside the same step run on ``device``."""
+    from tutorial_utils.estimate.estimator import Workload, dry_run_and_real_step
+    from tutorial_utils.estimate.strategies import parse_strategy
+
+    rows = []
+    for model, batch, size, precision, lora, strategy in checks:
+        workload = Workload(model, batch=batch, size=size, precision=precision, lora_rank=lora)
+        dry, real = dry_run_and_real_step(workload, parse_strategy(strategy), str(device))
+        cuda = real.cuda_peak_allocated
+        rows.append(
+            {
+                "model": model,
+                "shape": f"{batch} x {size}",
+                "precision": precision + (f", LoRA {lora}" if lora else ""),
+                "strategy": strategy,
+                "estimate_mb": dry.peak_bytes / MB,
+                "tracked_peak_mb": real.peak_bytes / MB,
+                "cuda_peak_allocated_mb": None if cuda is None else cuda / MB,
+                "estimate_error": relative_error(dry.peak_bytes, cuda),
+            }
+        )
+        free_cuda_memory()
+    return rows
+
+
+def estimate_outcome(rows: list[dict]) -> Outcome:
+    """Fails a row without a CUDA peak, or whose estimate is off by more than the tolerance."""
+    failures = []
+    for row in rows:
+        label = f"{row['model']} {row['strategy']}"
+        if row["estimate_error"] is None:
+            failures.append(f"{label}: no CUDA peak allocated")
+        elif abs(row["estimate_error"]) > ESTIMATE_TOLERANCE:
+            failures.append(f"{label}: estimate off by {row['estimate_error']:+.2%}")
+    notes = [
+        "Estimate: python -m tutorial_utils estimate's dry run of the step (meta device; "
+        "autocast emulated with CUDA's cast policy), storages in 512-byte blocks. Measured: the "
+        "same step on the GPU, random weights from the config. Error: (estimate - CUDA peak "
+        f"allocated) / CUDA peak allocated; a row fails beyond {ESTIMATE_TOLERANCE:.0%}."
+    ]
+    return Outcome([Table("Estimates against the GPU", ESTIMATE_COLUMNS, rows)], notes, failures)
+
+
+def estimate_section(budget: Budget) -> Outcome:
+    """``python -m tutorial_utils estimate`` against ``max_memory_allocated``."""
+    return estimate_outcome(estimate_rows(torch.device("cuda")))
+
+
 SECTIONS = (
     Section("hardware", "Hardware", hardware_section),
     Section("crosscheck", "Tracker and dry run against the CUDA allocator", crosscheck_section),
@@ -871,6 +943,7 @@ SECTIONS = (
     ),
     Section("offloading", "Offloading saved activations to the CPU", offloading_section),
     Section("nccl", "Two NCCL ranks", nccl_section),
+    Section("estimate", "The estimate command against the CUDA allocator", estimate_section),
     Section("notebooks", "Notebooks 02 and 03 in the gpu profile", notebooks_section),
 )
 

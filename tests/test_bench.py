@@ -156,3 +156,16 @@ def test_flops_from_a_dry_run_equal_the_real_steps():
     real = measure_step(model, inputs, targets, 0, optimizer, time_step=False, count_flops=True)
     assert real.flops.recompute > 0
     assert bench._dry_run_gflop(model, inputs.shape) == real.flops.total / 1e9
+
+
+def test_estimate_bench_times_the_table_and_the_search(capsys):
+    """At a small preset: four strategies dry-run, both phases timed, all of it printed."""
+    from tutorial_utils.bench import estimate_bench, print_estimate_bench
+
+    result = estimate_bench("hf:gpt2", size=256)
+    assert result.strategies == 4
+    assert result.table_seconds > 0 and result.search_seconds > 0
+    assert "longest sequence" in result.table and "not searched" not in result.table
+    print_estimate_bench(result)
+    out = capsys.readouterr().out
+    assert "the table of 4 strategies in" in out and "largest-fit search in" in out

@@ -541,3 +541,36 @@ def test_execute_copy_runs_a_real_kernel_with_the_env_and_stops_at_the_deadline(
     cells = json.loads(path.read_text())["cells"]
     assert "".join(cells[0]["outputs"][0]["text"]) == "gpu\n"
     assert gpu_check.stopping_cell(path) == "code cell 2 of 2: import time; time.sleep(30)"
+
+
+def test_estimate_rows_without_a_gpu_claim_no_error(tmp_path):
+    """The estimate section's CPU side: a dry run beside a real CPU step of the same workload
+    (equal but for AdamW's 4-byte step counters, which the CPU step holds on its device and a
+    CUDA step does not), and a failure line for the missing CUDA peak."""
+    config = tmp_path / "config.json"
+    config.write_text(
+        json.dumps(
+            {"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 2, "vocab_size": 300}
+        )
+    )
+    check = (f"hf:{config}", 2, 32, "fp32", 0, "every-block")
+    (row,) = gpu_check.estimate_rows(torch.device("cpu"), (check,))
+    trained_tensors = 2 * 12 + 4  # GPT-2: 12 tensors per block, embeddings and final LayerNorm
+    counters_mb = 4 * trained_tensors / MB
+    assert row["tracked_peak_mb"] - row["estimate_mb"] <= counters_mb  # blocks round up
+    assert row["cuda_peak_allocated_mb"] is None and row["estimate_error"] is None
+    outcome = gpu_check.estimate_outcome([row])
+    assert outcome.failures == [f"hf:{config} every-block: no CUDA peak allocated"]
+    off = {**row, "cuda_peak_allocated_mb": 1.0, "estimate_error": 0.05}
+    assert "off by +5.00%" in gpu_check.estimate_outcome([off]).failures[0]
+    assert gpu_check.estimate_outcome([{**off, "estimate_error": 0.01}]).failures == []
+
+
+def test_estimate_checks_are_valid_workloads():
+    from tutorial_utils.estimate.estimator import Workload
+    from tutorial_utils.estimate.strategies import parse_strategy
+
+    for model, batch, size, precision, lora, strategy in gpu_check.ESTIMATE_CHECKS:
+        Workload(model, batch=batch, size=size, precision=precision, lora_rank=lora)
+        parse_strategy(strategy)
+    assert any(check[3].startswith("amp-") for check in gpu_check.ESTIMATE_CHECKS)

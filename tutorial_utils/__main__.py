@@ -1,9 +1,11 @@
-"""Command line: ``python -m tutorial_utils train|bench``, the notebooks' experiments headless."""
+"""Command line: ``python -m tutorial_utils train|bench|estimate``: the notebooks' experiments
+headless, and the training-memory estimate for your own model."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from tutorial_utils.articles.profiles import PROFILES, get_profile
@@ -72,7 +74,71 @@ def build_parser() -> argparse.ArgumentParser:
         "--image-size", type=positive_int, help="input side for every model (default: profile's)"
     )
     bench.add_argument("--batch-size", type=positive_int, help="batch (default: profile's)")
+    add_estimate_parser(commands)
     return parser
+
+
+ESTIMATE_EXAMPLE = (
+    "example: python -m tutorial_utils estimate --hf-preset llama-3.1-8b --seq 4096 --lora 16 "
+    "--card 24GB"
+)
+
+
+def add_estimate_parser(commands) -> None:
+    estimate = commands.add_parser(
+        "estimate",
+        help="will training your model fit your card? dry runs of one step per strategy",
+        description="Dry-run one training step of your model on the meta device (no GPU, no "
+        "download) for each checkpointing strategy: peak memory by category, FLOPs against no "
+        "checkpointing, whether it fits the card, and the largest size that does.",
+        epilog=ESTIMATE_EXAMPLE,
+    )
+    model = estimate.add_mutually_exclusive_group(required=True)
+    model.add_argument(
+        "--hf-preset", help="llama-3.2-1b, llama-3.1-8b, qwen2.5-7b, mistral-7b, gpt2"
+    )
+    model.add_argument("--hf-config", help="a transformers causal LM's config.json (a local file)")
+    model.add_argument("--hf-model", help="a Hub model id: its config is fetched with AutoConfig")
+    model.add_argument("--torchvision", help="a torchvision classifier, e.g. resnet50, vit_b_16")
+    estimate.add_argument("--batch", type=positive_int, help="batch (default 1; classifiers 32)")
+    estimate.add_argument(
+        "--seq", type=positive_int, help="sequence length in tokens (default 2048)"
+    )
+    estimate.add_argument("--image-size", type=positive_int, help="image side in px (default 224)")
+    estimate.add_argument("--num-classes", type=positive_int, default=1000, help="classifier head")
+    estimate.add_argument(
+        "--precision",
+        choices=("fp32", "bf16", "fp16", "amp-bf16", "amp-fp16"),
+        help="pure fp32/bf16/fp16, or amp-*: fp32 weights under torch.autocast (default: bf16 "
+        "for language models, fp32 for classifiers)",
+    )
+    estimate.add_argument("--optimizer", choices=("adamw", "sgd"), default="adamw")
+    estimate.add_argument(
+        "--lora", type=positive_int, metavar="RANK", help="LoRA rank (default: full fine-tuning)"
+    )
+    estimate.add_argument(
+        "--lora-targets", help="comma-separated module names (default: attention projections)"
+    )
+    estimate.add_argument(
+        "--strategies",
+        default="none,every-block,every-2,selective,offload",
+        help="comma-separated: none, every-block, every-N (every N-th block), selective "
+        "(save matmuls), offload (GPU-only: listed, not measured)",
+    )
+    estimate.add_argument("--card", default="24GB", help="the GPU's memory, e.g. 24GB, 80GB")
+    estimate.add_argument(
+        "--reserve",
+        default="10%",
+        help="held back for the CUDA context, workspaces and the allocator: a share of the "
+        "card (10%%) or a size (1.5GB); an assumption, not measured",
+    )
+    estimate.add_argument("--no-search", action="store_true", help="skip the largest-fit search")
+    estimate.add_argument(
+        "--jobs",
+        type=positive_int,
+        default=min(2, os.cpu_count() or 1),
+        help="processes for the strategies' dry runs (Linux; default: 2 where there are 2 cores)",
+    )
 
 
 def positive_int(text: str) -> int:
@@ -87,12 +153,74 @@ def positive_int(text: str) -> int:
 
 def check_sizes(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Sizes a model cannot take end in one line before anything heavy is imported."""
+    if args.command not in ("bench", "train"):
+        return
     runs_vgg16 = args.command == "bench" or args.experiment == "vgg16-dogcat"
     if runs_vgg16 and args.image_size is not None and args.image_size < MIN_VGG16_IMAGE_SIZE:
         parser.error(
             f"--image-size must be at least {MIN_VGG16_IMAGE_SIZE} for VGG16 (it halves the image "
             f"five times), got {args.image_size}"
         )
+
+
+def estimate_workload(args: argparse.Namespace):
+    """The ``estimate`` arguments as a ``Workload`` and its strategies (ValueError if bad)."""
+    from tutorial_utils.estimate.estimator import Workload
+    from tutorial_utils.estimate.strategies import parse_strategy
+
+    language_model = args.torchvision is None
+    if language_model and args.image_size is not None:
+        raise ValueError("--image-size is for --torchvision models; use --seq for a language model")
+    if not language_model and args.seq is not None:
+        raise ValueError("--seq is for language models; use --image-size for --torchvision")
+    if language_model:
+        source = args.hf_preset or args.hf_config or args.hf_model
+        model, size = f"hf:{source}", args.seq or 2048
+        if size < 2:
+            raise ValueError(f"--seq must be at least 2 tokens (one to predict), got {size}")
+    else:
+        model, size = f"torchvision:{args.torchvision}", args.image_size or 224
+    targets = tuple(t.strip() for t in (args.lora_targets or "").split(",") if t.strip())
+    if targets and not args.lora:
+        raise ValueError("--lora-targets needs --lora RANK")
+    workload = Workload(
+        model,
+        batch=args.batch or (1 if language_model else 32),
+        size=size,
+        precision=args.precision or ("bf16" if language_model else "fp32"),
+        optimizer=args.optimizer,
+        lora_rank=args.lora or 0,
+        lora_targets=targets,
+        num_classes=args.num_classes,
+    )
+    strategies = [parse_strategy(s) for s in args.strategies.split(",") if s.strip()]
+    if not strategies:
+        raise ValueError("--strategies is empty: e.g. none,every-block")
+    return workload, strategies
+
+
+def run_estimate(args: argparse.Namespace) -> int:
+    from tutorial_utils.estimate.card import parse_card
+
+    card = parse_card(args.card, args.reserve)  # bad sizes end here, before torch loads
+    workload, strategies = estimate_workload(args)
+    from tutorial_utils.estimate.estimator import estimate, search_largest
+    from tutorial_utils.estimate.report import estimate_table
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    print(f"building {workload.model} on the meta device...", file=sys.stderr, flush=True)
+    result = estimate(workload, strategies, card, search=False, jobs=args.jobs)
+    print(estimate_table(result), flush=True)
+    if args.no_search:
+        return 0
+    print(
+        "\nsearching the largest size that fits (dry runs; --no-search skips)...", file=sys.stderr
+    )
+    search_largest(result, progress=progress)
+    print("\n" + estimate_table(result))
+    return 0
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -141,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "train":
             return run_train(args)
+        if args.command == "estimate":
+            return run_estimate(args)
         from tutorial_utils.bench import bench_main
 
         return bench_main(image_size=args.image_size, batch_size=args.batch_size)

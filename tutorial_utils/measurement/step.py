@@ -24,6 +24,7 @@ import torch
 import torch.nn as nn
 
 from tutorial_utils.checkpointing.segments import forward_segments
+from tutorial_utils.measurement.autocast import EmulatedAutocast, forward_autocast, step_kernels
 from tutorial_utils.measurement.devices import synchronize
 from tutorial_utils.measurement.flops import StepFlopCounter, StepFlops
 from tutorial_utils.measurement.meta_attention import dry_run_context
@@ -191,13 +192,16 @@ def _forward(model: nn.Module, inputs: torch.Tensor, segments: Any) -> torch.Ten
     return model(inputs)
 
 
-def _forward_backward_step(model, inputs, targets, segments, optimizer, loss_fn) -> None:
+def _forward_backward_step(
+    model, inputs, targets, segments, optimizer, loss_fn, autocast=None
+) -> None:
     """Forward, loss, backward, optimizer step; gradients are expected to be None on entry.
 
-    On the meta device attention takes the kernel a CPU step would (``dry_run_context``)."""
+    On the meta device attention takes the kernel a CPU step would (``dry_run_context``). With
+    ``autocast`` the forward and the loss run under it, as in an AMP training loop."""
     on_meta = inputs.device.type == "meta"
     with dry_run_context() if on_meta else contextlib.nullcontext():
-        with step_phase("forward"):
+        with step_phase("forward"), forward_autocast(inputs.device, autocast):
             outputs = _forward(model, inputs, segments)
             loss = loss_fn(outputs, targets)
         with step_phase("backward"):
@@ -206,10 +210,10 @@ def _forward_backward_step(model, inputs, targets, segments, optimizer, loss_fn)
             optimizer.step()
 
 
-def _untracked_step(model, inputs, targets, segments, optimizer, loss_fn) -> None:
+def _untracked_step(model, inputs, targets, segments, optimizer, loss_fn, autocast=None) -> None:
     """One whole training step from any gradients, as a training loop takes it: what is timed."""
     optimizer.zero_grad(set_to_none=True)
-    _forward_backward_step(model, inputs, targets, segments, optimizer, loss_fn)
+    _forward_backward_step(model, inputs, targets, segments, optimizer, loss_fn, autocast)
 
 
 def measure_step(
@@ -227,6 +231,7 @@ def measure_step(
     round_to_blocks: bool = False,
     record_timeline: bool = False,
     count_flops: bool | None = None,
+    autocast: EmulatedAutocast | None = None,
 ) -> StepReport:
     """Memory and time of one training step (forward, loss, backward, optimizer step).
 
@@ -250,7 +255,9 @@ def measure_step(
     FLOPs of each phase are counted instead (``count_flops`` defaults to True there only), and
     attention runs the kernel a CPU step would (``meta_attention.dry_run_context``).
     ``round_to_blocks`` counts storages in CUDA's 512-byte blocks; ``record_timeline`` keeps the
-    op-by-op timeline with bytes per category.
+    op-by-op timeline with bytes per category. ``autocast`` runs the forward and the loss under
+    mixed precision: the real ``torch.autocast`` on a device, its emulation on meta
+    (``measurement.autocast``).
     """
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
@@ -263,7 +270,9 @@ def measure_step(
     optimizer = optimizer if optimizer is not None else default_optimizer(model.parameters())
     loss_fn = loss_fn if loss_fn is not None else nn.CrossEntropyLoss()
 
-    step = functools.partial(_untracked_step, model, inputs, targets, segments, optimizer, loss_fn)
+    step = functools.partial(
+        _untracked_step, model, inputs, targets, segments, optimizer, loss_fn, autocast
+    )
     seconds, timing = None, None
     if not time_step or dry_run:  # a dry run has no time to measure
         prime_optimizer_state(optimizer)
@@ -289,8 +298,11 @@ def measure_step(
     )
     counter = StepFlopCounter() if count_flops else None
     try:
-        with tracker, counter if counter is not None else contextlib.nullcontext():
-            _forward_backward_step(model, inputs, targets, segments, optimizer, loss_fn)
+        with step_kernels(device, autocast), tracker:
+            with counter if counter is not None else contextlib.nullcontext():
+                _forward_backward_step(
+                    model, inputs, targets, segments, optimizer, loss_fn, autocast
+                )
     except MemoryLimitExceeded:
         optimizer.zero_grad(set_to_none=True)
         raise

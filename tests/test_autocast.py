@@ -1,0 +1,67 @@
+"""Autocast on the meta device: absent in PyTorch, emulated by ``measurement.autocast``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tutorial_utils.measurement.autocast import CPU_POLICY, CUDA_POLICY, EmulatedAutocast
+
+
+def test_torch_autocast_does_not_apply_to_meta_tensors():
+    """Why the emulation exists: a meta linear under CPU autocast stays float32."""
+    weight = torch.empty(4, 4, device="meta", requires_grad=True)
+    inputs = torch.empty(2, 4, device="meta")
+    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        assert torch.nn.functional.linear(inputs, weight).dtype == torch.float32
+        assert (
+            torch.nn.functional.linear(torch.ones(2, 4), torch.ones(4, 4)).dtype == torch.bfloat16
+        )
+
+
+@pytest.mark.parametrize(
+    ("policy", "key"), [(CUDA_POLICY, "AutocastCUDA"), (CPU_POLICY, "AutocastCPU")]
+)
+def test_every_listed_op_is_one_the_device_autocasts(policy, key):
+    """The lists are written from PyTorch's source; the installed torch registers each op."""
+    missing = [
+        name
+        for name, _ in policy.items()
+        if not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", key)
+    ]
+    assert missing == []
+
+
+def test_emulation_casts_as_autocast_does_and_only_inside():
+    emulation = EmulatedAutocast(torch.bfloat16, CUDA_POLICY)
+    weight = torch.empty(4, 4, device="meta", requires_grad=True)
+    inputs = torch.empty(2, 4, device="meta")
+    with emulation.kernels():
+        with emulation.enabled():
+            out = torch.nn.functional.linear(inputs, weight)
+            again = torch.nn.functional.linear(inputs, weight)
+            assert out.dtype == torch.bfloat16
+            assert torch.softmax(out, -1).dtype == torch.float32  # fp32_set_opt_dtype
+            assert torch.layer_norm(out, (4,)).dtype == torch.float32  # CUDA's fp32 list
+            with emulation.disabled():
+                assert torch.nn.functional.linear(inputs, weight).dtype == torch.float32
+            # the weight's cast is made once and kept (autocast's cache): one _to_copy
+            assert (
+                out.grad_fn.next_functions[1][0].next_functions[0][0]
+                is (again.grad_fn.next_functions[1][0].next_functions[0][0])
+            )
+        assert torch.nn.functional.linear(inputs, weight).dtype == torch.float32
+    assert torch.nn.functional.linear(inputs, weight).dtype == torch.float32
+
+
+def test_cpu_and_cuda_policies_differ_where_pytorch_says():
+    """LayerNorm runs in float32 under CUDA autocast, in the input's dtype under CPU's."""
+    cuda = dict((n, p) for n, p in CUDA_POLICY.items())
+    cpu = dict((n, p) for n, p in CPU_POLICY.items())
+    assert cuda["layer_norm"] == "fp32" and "layer_norm" not in cpu
+    assert cpu["cross_entropy_loss"] == "fp32" and "cross_entropy_loss" not in cuda
+
+
+def test_emulation_rejects_other_dtypes():
+    with pytest.raises(ValueError, match="bfloat16 or float16"):
+        EmulatedAutocast(torch.float32)

@@ -1,0 +1,288 @@
+"""The estimator against real CPU steps, the presets against their published sizes, and the
+``estimate`` command's answers to good and bad input.
+
+Real and dry-run steps are compared to the byte. Two differences are expected and asserted
+exactly where they occur:
+
+* AdamW keeps one float32 step counter per trained tensor on the CPU. A CPU step counts them
+  (they are on its device); a dry run does not, as a CUDA step does not (they stay on the CPU
+  there too): real - dry = 4 bytes x trained tensors. SGD has none: equal.
+* ``native_layer_norm`` on a CPU returns its saved mean and rstd in the input's dtype; the meta
+  kernel returns float32, as CUDA does. So GPT-2 (LayerNorm) is compared in fp32 and under
+  autocast, where LayerNorm's input is float32; pure bf16 is compared on RMSNorm models.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tutorial_utils.__main__ import main
+from tutorial_utils.estimate.card import GiB, parse_bytes, parse_card
+from tutorial_utils.estimate.estimator import (
+    Workload,
+    build_model,
+    estimate,
+    largest_fit,
+    train_step,
+)
+from tutorial_utils.estimate.models import PRESETS, preset_config, repeated_blocks
+from tutorial_utils.estimate.report import estimate_table
+from tutorial_utils.estimate.strategies import Strategy, parse_strategy
+
+ADAM_STEP_BYTES = 4
+TINY = {
+    "llama": {"model_type": "llama"},
+    "qwen2": {"model_type": "qwen2"},
+    "mistral": {"model_type": "mistral", "sliding_window": 32},  # shorter than the sequence
+    "gpt2": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 128},
+}
+DECODER_SIZES = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 256,
+}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """The real steps here are tiny: one thread, so they don't spin on a shared machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def tiny_config(tmp_path):
+    """A family's config.json at a CPU's size, as a user's downloaded file."""
+
+    def write(family: str) -> str:
+        fields = {**TINY[family], "vocab_size": 500, "bos_token_id": 0, "eos_token_id": 0}
+        if family != "gpt2":
+            fields.update(DECODER_SIZES)
+        path = tmp_path / f"{family}.json"
+        path.write_text(json.dumps(fields))
+        return str(path)
+
+    return write
+
+
+def real_and_dry(workload: Workload, strategy: Strategy):
+    """The same step on the CPU (real weights, LoRA's B drawn as if trained) and on meta."""
+    real = build_model(workload, device="cpu")
+    with torch.no_grad():
+        for name, parameter in real.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(std=0.02)
+    dry = build_model(workload)
+    return train_step(real, workload, strategy), train_step(dry, workload, strategy), real
+
+
+def expected_gap(workload: Workload, model) -> int:
+    if workload.optimizer == "sgd":
+        return 0
+    return ADAM_STEP_BYTES * sum(1 for p in model.parameters() if p.requires_grad)
+
+
+LM_CASES = [
+    ("llama", "bf16", 0, "none", "adamw"),
+    ("llama", "amp-bf16", 4, "every-block", "adamw"),
+    ("llama", "amp-bf16", 0, "selective", "sgd"),
+    ("qwen2", "amp-bf16", 4, "selective", "adamw"),
+    ("qwen2", "bf16", 0, "every-block", "sgd"),
+    ("mistral", "fp32", 4, "every-block", "adamw"),
+    ("mistral", "amp-bf16", 0, "none", "adamw"),
+    ("gpt2", "fp32", 4, "none", "adamw"),
+    ("gpt2", "amp-bf16", 0, "every-block", "sgd"),
+    ("gpt2", "amp-bf16", 4, "selective", "adamw"),
+]
+
+
+@pytest.mark.parametrize(("family", "precision", "lora", "strategy", "optimizer"), LM_CASES)
+def test_language_model_dry_run_equals_a_cpu_step(
+    tiny_config, family, precision, lora, strategy, optimizer
+):
+    """Autocast runs the CPU's own policy in both: the real torch.autocast("cpu") and its
+    emulation on meta (``measurement.autocast.CPU_POLICY``)."""
+    workload = Workload(
+        f"hf:{tiny_config(family)}",
+        batch=2,
+        size=64,
+        precision=precision,
+        optimizer=optimizer,
+        lora_rank=lora,
+        autocast_policy="cpu",
+    )
+    real, dry, model = real_and_dry(workload, parse_strategy(strategy))
+    assert real.peak_bytes - dry.peak_bytes == expected_gap(workload, model)
+    if workload.optimizer == "sgd":
+        assert real.breakdown == dry.breakdown
+
+
+TORCHVISION_CASES = [
+    ("shufflenet_v2_x0_5", "fp32", "every-block"),
+    ("shufflenet_v2_x0_5", "amp-bf16", "none"),
+    ("mobilenet_v3_small", "fp32", "every-2"),
+    ("resnet18", "amp-bf16", "selective"),
+]
+
+
+@pytest.mark.parametrize(("name", "precision", "strategy"), TORCHVISION_CASES)
+def test_torchvision_dry_run_equals_a_cpu_step(name, precision, strategy):
+    workload = Workload(
+        f"torchvision:{name}",
+        batch=2,
+        size=32,
+        precision=precision,
+        optimizer="sgd",
+        num_classes=10,
+        autocast_policy="cpu",
+    )
+    real, dry, _ = real_and_dry(workload, parse_strategy(strategy))
+    assert real.peak_bytes == dry.peak_bytes
+    assert real.breakdown == dry.breakdown
+
+
+def test_checkpointing_and_autocast_change_the_peak(tiny_config):
+    """The comparisons above are not of identical runs: each setting moves the figure."""
+    peaks = {}
+    for precision in ("fp32", "amp-bf16"):
+        workload = Workload(f"hf:{tiny_config('llama')}", batch=2, size=64, precision=precision)
+        model = build_model(workload)
+        for kind in ("none", "every-block"):
+            peaks[precision, kind] = train_step(model, workload, Strategy(kind)).peak_bytes
+    assert peaks["fp32", "every-block"] < peaks["fp32", "none"]
+    assert len(set(peaks.values())) == len(peaks)
+
+
+@pytest.mark.parametrize(
+    ("preset", "published"),
+    [
+        # Parameter counts as the Hub's model pages publish them (safetensors metadata)
+        ("llama-3.2-1b", 1.24e9),  # huggingface.co/meta-llama/Llama-3.2-1B: "1.24B params"
+        ("llama-3.1-8b", 8.03e9),  # huggingface.co/meta-llama/Llama-3.1-8B: "8.03B params"
+        ("qwen2.5-7b", 7.61e9),  # huggingface.co/Qwen/Qwen2.5-7B: "Number of Parameters: 7.61B"
+        ("mistral-7b", 7.24e9),  # huggingface.co/mistralai/Mistral-7B-v0.1: "7.24B params"
+        ("gpt2", 124e6),  # github.com/openai/gpt-2 (corrected model card): 124M
+    ],
+)
+def test_preset_has_its_published_parameter_count(preset, published):
+    from tutorial_utils.estimate.models import build_causal_lm
+
+    model = build_causal_lm(preset_config(preset))
+    count = sum(p.numel() for p in model.parameters())
+    last_digit = 0.01e9 if published >= 1e9 else 1e6  # the published figure's precision
+    assert abs(count - published) < last_digit
+
+
+def test_every_preset_is_tested():
+    assert set(PRESETS) == {"llama-3.2-1b", "llama-3.1-8b", "qwen2.5-7b", "mistral-7b", "gpt2"}
+
+
+def test_repeated_blocks_of_torchvision_models():
+    with torch.device("meta"):
+        import torchvision
+
+        resnet = torchvision.models.resnet18()
+    blocks = repeated_blocks(resnet)
+    assert [type(b).__name__ for b in blocks] == ["BasicBlock"] * 8
+
+
+def test_largest_fit_is_the_edge_of_the_budget(tiny_config):
+    """The answer fits and one more unit does not: both checked by their own dry runs."""
+    workload = Workload(f"hf:{tiny_config('llama')}", batch=1, size=256, precision="bf16")
+    model = build_model(workload)
+    strategy = Strategy("every-block")
+    budget = train_step(model, workload.with_size(size=1024), strategy).peak_bytes + 1000
+    best, trials = largest_fit(model, workload, strategy, budget, max_size=4096)
+    assert best >= 1024 and trials >= 3
+    assert train_step(model, workload.with_size(size=best), strategy).peak_bytes <= budget
+    assert train_step(model, workload.with_size(size=best + 256), strategy).peak_bytes > budget
+
+
+def test_estimate_table_says_what_ran(tiny_config):
+    workload = Workload(f"hf:{tiny_config('gpt2')}", batch=1, size=64, precision="amp-bf16")
+    card = parse_card("1GB", "10%")
+    result = estimate(
+        workload,
+        [Strategy("none"), Strategy("every-block"), Strategy("offload")],
+        card,
+        max_size=256,
+    )
+    text = estimate_table(result)
+    assert "dry run (meta device)" in text and "autocast(bf16)" in text
+    assert "GPU-only" in text and "reserve of 0.10 GiB" in text
+    none, every, offload = result.rows
+    assert every.flops_ratio > 1 and none.flops_ratio == 1
+    assert offload.report is None and every.largest == 256
+
+
+def test_card_sizes():
+    assert parse_bytes("24GB") == 24 * GiB == parse_bytes("24")
+    assert parse_bytes("512MiB") == 512 * 2**20
+    card = parse_card("80GB", "2GB")
+    assert card.budget_bytes == 78 * GiB
+    for bad in ("24XB", "-3GB"):
+        with pytest.raises(ValueError):
+            parse_bytes(bad)
+    with pytest.raises(ValueError, match="leaves nothing"):
+        parse_card("8GB", "8GB")
+
+
+def test_command_prints_the_table(tiny_config, capsys):
+    assert (
+        main(
+            [
+                "estimate",
+                "--hf-config",
+                tiny_config("qwen2"),
+                "--seq",
+                "64",
+                "--lora",
+                "4",
+                "--strategies",
+                "none,every-block",
+                "--card",
+                "1GB",
+                "--no-search",
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "Qwen2ForCausalLM" in out and "every block" in out and "not searched" in out
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--hf-preset", "llama-9"], "unknown preset"),
+        (["--torchvision", "resnet5000"], "unknown torchvision"),
+        (["--hf-preset", "gpt2", "--seq", "1"], "at least 2"),
+        (["--hf-preset", "gpt2", "--seq", "0"], "positive integer"),
+        (["--hf-preset", "gpt2", "--card", "lots"], "expected a size"),
+        (["--hf-preset", "gpt2", "--strategies", "sometimes"], "unknown strategy"),
+        (["--hf-preset", "gpt2", "--image-size", "64"], "--image-size is for"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(arguments, message, capsys):
+    try:
+        status = main(["estimate", *arguments, "--no-search"])
+    except SystemExit as stop:
+        status = stop.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2
+    assert message in err[-1] and not any("Traceback" in line for line in err)
+
+
+def test_a_config_that_is_not_a_causal_lm(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "vit"}))
+    assert main(["estimate", "--hf-config", str(path), "--no-search"]) == 2
+    assert "not a causal language model" in capsys.readouterr().err

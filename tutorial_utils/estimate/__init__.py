@@ -1,0 +1,7 @@
+"""Your own model's training memory, before you rent the GPU: ``python -m tutorial_utils estimate``.
+
+``models`` builds a causal LM (preset, config.json or model id) or a torchvision classifier on
+the meta device, with LoRA if asked; ``strategies`` checkpoints either the way people do;
+``estimator`` dry-runs one step per strategy against a card (``card``) and searches the largest
+size that fits; ``report`` prints it.
+"""

@@ -1,0 +1,410 @@
+"""Will training your model fit your card? Dry runs of one training step, per strategy.
+
+``Workload`` says what is trained and how (model, batch, sequence or image size, precision,
+optimizer, LoRA); ``estimate`` builds it on the meta device once and runs one dry-run step per
+checkpointing strategy (``measure_step``: exact tensor bytes by category, FLOPs counted), and
+``largest_fit`` finds the longest sequence (a language model) or largest batch (a classifier)
+whose step fits a card, by dry runs. The figures are a dry run's: the tensors PyTorch would
+allocate, not what a GPU's allocator reserves around them, so a card's budget is its memory less
+a reserve (``Card``) for the CUDA context, kernels' workspaces and the allocator's slack.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+
+from tutorial_utils.estimate.card import Card, GiB
+from tutorial_utils.estimate.models import (
+    add_lora,
+    build_causal_lm,
+    build_torchvision,
+    config_from_file,
+    config_from_hub,
+    preset_config,
+)
+from tutorial_utils.estimate.strategies import Strategy
+from tutorial_utils.measurement.autocast import POLICIES, EmulatedAutocast
+from tutorial_utils.measurement.step import StepReport, measure_step, next_token_loss
+from tutorial_utils.measurement.tracker import MemoryLimitExceeded
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+PRECISIONS = ("fp32", "bf16", "fp16", "amp-bf16", "amp-fp16")
+
+
+def describe_precision(precision: str) -> str:
+    """How each figure's step ran, in words."""
+    if precision.startswith("amp-"):
+        return f"fp32 weights, forward under autocast({precision[4:]}) (CUDA's cast policy)"
+    return f"pure {precision}: weights, gradients and activations in {precision}"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What is trained, and how. ``model`` is ``"hf:<preset, config.json or model id>"`` or
+    ``"torchvision:<name>"``; ``size`` is the sequence length (tokens) or the image side (px)."""
+
+    model: str
+    batch: int = 1
+    size: int = 2048
+    precision: str = "bf16"
+    optimizer: str = "adamw"
+    lora_rank: int = 0  # 0: full fine-tuning
+    lora_targets: tuple[str, ...] = ()
+    num_classes: int = 1000
+    autocast_policy: str = "cuda"  # whose casts a dry run under autocast follows
+
+    def __post_init__(self) -> None:
+        kind, _, name = self.model.partition(":")
+        if kind not in ("hf", "torchvision") or not name:
+            raise ValueError(
+                f"model must be 'hf:<name>' or 'torchvision:<name>', got {self.model!r}"
+            )
+        if self.batch < 1 or self.size < (2 if kind == "hf" else 1):
+            raise ValueError(
+                f"batch and size must be at least 1 (2 tokens), got {self.batch}, {self.size}"
+            )
+        if self.precision not in PRECISIONS:
+            raise ValueError(
+                f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}"
+            )
+        if self.optimizer not in ("adamw", "sgd"):
+            raise ValueError(f"optimizer must be adamw or sgd, got {self.optimizer!r}")
+        if self.lora_rank < 0:
+            raise ValueError(
+                f"LoRA rank must be 0 (full fine-tuning) or more, got {self.lora_rank}"
+            )
+
+    @property
+    def is_language_model(self) -> bool:
+        return self.model.startswith("hf:")
+
+    @property
+    def size_name(self) -> str:
+        return "sequence" if self.is_language_model else "image size"
+
+    @property
+    def weight_dtype(self) -> torch.dtype:
+        return torch.float32 if self.precision.startswith("amp-") else DTYPES[self.precision]
+
+    def autocast(self) -> EmulatedAutocast | None:
+        if not self.precision.startswith("amp-"):
+            return None
+        return EmulatedAutocast(DTYPES[self.precision[4:]], POLICIES[self.autocast_policy])
+
+    def with_size(self, *, batch: int | None = None, size: int | None = None) -> Workload:
+        fields = dict(vars(self))
+        fields.update({k: v for k, v in (("batch", batch), ("size", size)) if v is not None})
+        return Workload(**fields)
+
+
+def load_config(name: str):
+    """A preset, a local config.json (a path), or a model id fetched with ``AutoConfig``."""
+    from pathlib import Path
+
+    from tutorial_utils.estimate.models import PRESETS
+
+    if name.lower() in PRESETS:
+        return preset_config(name)
+    if name.endswith(".json") or Path(name).expanduser().exists():
+        return config_from_file(Path(name).expanduser())
+    if "/" in name:
+        return config_from_hub(name)
+    raise ValueError(
+        f"unknown preset {name!r}: choose one of {', '.join(PRESETS)}, a config.json, "
+        "or a model id such as Qwen/Qwen2.5-0.5B"
+    )
+
+
+def build_model(workload: Workload, device: str = "meta") -> nn.Module:
+    """The workload's model (random weights; on meta by default), with LoRA if asked."""
+    kind, _, name = workload.model.partition(":")
+    if kind == "hf":
+        model = build_causal_lm(load_config(name), dtype=workload.weight_dtype, device=device)
+    else:
+        model = build_torchvision(
+            name,
+            image_size=workload.size,
+            num_classes=workload.num_classes,
+            dtype=workload.weight_dtype,
+            device=device,
+        )
+    if workload.lora_rank:
+        model = add_lora(model, workload.lora_rank, workload.lora_targets or None)
+    return model.train()
+
+
+def make_optimizer(workload: Workload, model: nn.Module) -> torch.optim.Optimizer:
+    """AdamW (lr 1e-4) or SGD with momentum 0.9 (lr 1e-3), over the parameters that train.
+
+    ``foreach=True`` on every device: it is what a CUDA run does by default (its temporaries
+    are part of the step's peak), and a dry run of it is a few ops instead of a few per tensor.
+    """
+    trained = [p for p in model.parameters() if p.requires_grad]
+    if workload.optimizer == "adamw":
+        return torch.optim.AdamW(trained, lr=1e-4, foreach=True)
+    return torch.optim.SGD(trained, lr=1e-3, momentum=0.9, foreach=True)
+
+
+def batch_for(
+    workload: Workload, model: nn.Module, device: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs and targets: token ids (targets the same ids) or images and class indices.
+
+    On meta they are shapes; elsewhere random values (seeded)."""
+    b, s = workload.batch, workload.size
+    generator = torch.Generator().manual_seed(0)
+    if workload.is_language_model:
+        vocab = model.config.vocab_size
+        if device == "meta":
+            ids = torch.empty(b, s, dtype=torch.long, device="meta")
+        else:
+            ids = torch.randint(0, vocab, (b, s), generator=generator).to(device)
+        return ids, ids
+    dtype = workload.weight_dtype
+    if device == "meta":
+        images = torch.empty(b, 3, s, s, dtype=dtype, device="meta")
+        return images, torch.empty(b, dtype=torch.long, device="meta")
+    images = torch.randn(b, 3, s, s, generator=generator).to(device, dtype)
+    return images, torch.randint(0, workload.num_classes, (b,), generator=generator).to(device)
+
+
+def train_step(
+    model: nn.Module,
+    workload: Workload,
+    strategy: Strategy,
+    *,
+    limit_bytes: int | None = None,
+    autocast: EmulatedAutocast | None = None,
+    round_to_blocks: bool = False,
+) -> StepReport:
+    """One tracked training step of ``model`` (meta: a dry run; elsewhere: real) under
+    ``strategy``, with the workload's optimizer and precision."""
+    device = next(model.parameters()).device.type
+    inputs, targets = batch_for(workload, model, device)
+    autocast = autocast if autocast is not None else workload.autocast()
+    loss_fn = next_token_loss if workload.is_language_model else nn.CrossEntropyLoss()
+    with strategy.applied(model, autocast if device == "meta" else None):
+        return measure_step(
+            model,
+            inputs,
+            targets,
+            0,
+            make_optimizer(workload, model),
+            loss_fn,
+            device,
+            time_step=False,
+            limit_bytes=limit_bytes,
+            autocast=autocast,
+            round_to_blocks=round_to_blocks,
+        )
+
+
+# -- every strategy ------------------------------------------------------------------------------
+
+
+@dataclass
+class StrategyEstimate:
+    """One strategy's dry run: peak by category, FLOPs, and whether it fits the card."""
+
+    strategy: Strategy
+    report: StepReport | None  # None for a GPU-only strategy (not measurable here)
+    flops_ratio: float | None = None  # the step's FLOPs / those without checkpointing
+    fits: bool | None = None
+    largest: int | None = None  # longest sequence / largest batch that fits (None: not searched)
+    trials: int = 0
+    error: str | None = None  # why the step could not run this way (then ``report`` is None)
+
+
+@dataclass
+class Estimate:
+    workload: Workload
+    card: Card
+    model_description: str
+    rows: list[StrategyEstimate] = field(default_factory=list)
+    seconds: float | None = None  # wall time of the strategies' dry runs
+    search_seconds: float | None = None
+    model: nn.Module | None = field(default=None, repr=False)  # on meta, for more dry runs
+
+
+def estimate(
+    workload: Workload,
+    strategies: Sequence[Strategy],
+    card: Card,
+    *,
+    model: nn.Module | None = None,
+    search: bool = True,
+    progress: Callable[[str], None] | None = None,
+    max_size: int | None = None,
+    jobs: int = 1,
+) -> Estimate:
+    """A dry run of one training step per strategy on the meta device, against ``card``.
+
+    ``search`` also finds the largest size that fits (``search_largest``). ``jobs`` > 1 runs
+    the strategies in that many forked processes (Linux; only from a process that has not run
+    a backward pass yet, as autograd's threads do not survive a fork: the command line's case).
+    """
+    from tutorial_utils.estimate.models import describe_model
+
+    started = time.perf_counter()
+    model = model if model is not None else build_model(workload)
+    result = Estimate(workload, card, describe_model(model), model=model)
+    runnable = [strategy for strategy in strategies if not strategy.gpu_only]
+    outcomes = dict(zip(runnable, _run_strategies(model, workload, runnable, jobs), strict=True))
+    for strategy in strategies:
+        if strategy.gpu_only:
+            result.rows.append(StrategyEstimate(strategy, None))
+        elif isinstance(outcomes[strategy], str):  # why it could not run
+            result.rows.append(StrategyEstimate(strategy, None, error=outcomes[strategy]))
+        else:
+            report = outcomes[strategy]
+            fits = report.peak_bytes <= card.budget_bytes
+            result.rows.append(StrategyEstimate(strategy, report, fits=fits))
+    measured = [row for row in result.rows if row.report is not None]
+    base = next((row for row in measured if row.strategy.kind == "none"), None)
+    for row in measured:
+        if base is not None and row.report.flops and base.report.flops:
+            row.flops_ratio = row.report.flops.total / base.report.flops.total
+    result.seconds = time.perf_counter() - started
+    if search:
+        search_largest(result, progress=progress, max_size=max_size)
+    return result
+
+
+_FORKED: tuple[nn.Module, Workload] | None = None  # what forked workers dry-run
+
+
+def _outcome(model: nn.Module, workload: Workload, strategy: Strategy) -> StepReport | str:
+    """The strategy's dry run, or why it could not run (selective checkpointing around an
+    in-place op, say)."""
+    try:
+        return train_step(model, workload, strategy)
+    except RuntimeError as failure:
+        return str(failure).splitlines()[0]
+
+
+def _forked_outcome(strategy: Strategy) -> StepReport | str:
+    model, workload = _FORKED
+    return _outcome(model, workload, strategy)
+
+
+def _run_strategies(
+    model: nn.Module, workload: Workload, strategies: Sequence[Strategy], jobs: int
+) -> list[StepReport | str]:
+    import multiprocessing
+    import sys
+
+    if jobs < 2 or len(strategies) < 2 or sys.platform != "linux":
+        return [_outcome(model, workload, strategy) for strategy in strategies]
+    global _FORKED
+    _FORKED = (model, workload)
+    try:
+        with multiprocessing.get_context("fork").Pool(min(jobs, len(strategies))) as pool:
+            outcomes = pool.map(_forked_outcome, strategies, chunksize=1)
+    finally:
+        _FORKED = None
+    if any(isinstance(o, str) and "fork" in o for o in outcomes):  # autograd ran before: serial
+        return [_outcome(model, workload, strategy) for strategy in strategies]
+    return outcomes
+
+
+def search_largest(
+    result: Estimate,
+    *,
+    progress: Callable[[str], None] | None = None,
+    max_size: int | None = None,
+) -> Estimate:
+    """Fill in each measured strategy's largest size that fits the card (``largest_fit``)."""
+    started = time.perf_counter()
+    for row in result.rows:
+        if row.report is not None:
+            row.largest, row.trials = largest_fit(
+                result.model,
+                result.workload,
+                row.strategy,
+                result.card.budget_bytes,
+                progress=progress,
+                max_size=max_size,
+            )
+    result.search_seconds = time.perf_counter() - started
+    return result
+
+
+def largest_fit(
+    model: nn.Module,
+    workload: Workload,
+    strategy: Strategy,
+    budget_bytes: int,
+    *,
+    progress: Callable[[str], None] | None = None,
+    max_size: int | None = None,
+) -> tuple[int, int]:
+    """(largest size that fits, dry runs it took): the longest sequence, in multiples of 256
+    tokens, for a language model at the workload's batch; the largest batch for a classifier.
+
+    Two dry runs predict a start (the peak grows about linearly in either), then
+    ``largest_fitting`` confirms by dry runs that stop as soon as they pass the budget: the
+    answer is measured; the line only saves trials."""
+    from tutorial_utils.measurement.batch_search import largest_fitting
+
+    lm = workload.is_language_model
+    unit = 256 if lm else 1
+    limit = (
+        max_size or (getattr(model.config, "max_position_embeddings", 131072) if lm else 4096)
+    ) // unit
+    limit = max(limit, 1)
+
+    def sized(units: int) -> Workload:
+        return workload.with_size(size=units * unit) if lm else workload.with_size(batch=units)
+
+    trials = 0
+
+    def fits(units: int) -> bool:
+        nonlocal trials
+        trials += 1
+        if progress is not None:
+            what = f"{units * unit:,} tokens" if lm else f"batch {units}"
+            progress(f"  {strategy.name}: trying {what}")
+        try:
+            train_step(model, sized(units), strategy, limit_bytes=budget_bytes)
+        except MemoryLimitExceeded:
+            return False
+        return True
+
+    low, high = (train_step(model, sized(n), strategy).peak_bytes for n in (1, 2))
+    if low > budget_bytes:
+        return 0, 2
+    start = max(1, math.floor(1 + (budget_bytes - low) / max(high - low, 1)))
+    best = largest_fitting(fits, limit, start=min(start, limit))
+    return best * unit, trials + 2
+
+
+def summary_rows(result: Estimate) -> list[dict]:
+    """One dict per strategy, for a table or a chart (MiB, GiB; None where not measured)."""
+    rows = []
+    for row in result.rows:
+        entry: dict = {"strategy": row.strategy.name, "gpu_only": row.strategy.gpu_only}
+        if row.report is not None:
+            entry.update({f"{k}_gib": v / GiB for k, v in row.report.breakdown.items()})
+            entry["peak_gib"] = row.report.peak_bytes / GiB
+        entry.update(
+            fits=row.fits, flops_ratio=row.flops_ratio, largest=row.largest, trials=row.trials
+        )
+        rows.append(entry)
+    return rows
+
+
+def dry_run_and_real_step(
+    workload: Workload, strategy: Strategy, device: str = "cuda"
+) -> tuple[StepReport, StepReport]:
+    """The same step as a dry run (storages in CUDA's 512-byte blocks, as the allocator counts)
+    and for real on ``device`` (random weights from the config; on CUDA the report carries
+    ``torch.cuda.max_memory_allocated`` as ``cuda_peak_allocated``)."""
+    dry = train_step(build_model(workload), workload, strategy, round_to_blocks=True)
+    real = train_step(build_model(workload, device=device), workload, strategy)
+    return dry, real

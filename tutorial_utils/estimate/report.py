@@ -1,0 +1,84 @@
+"""The estimate as text: what ran, the card's budget, and one row per strategy."""
+
+from __future__ import annotations
+
+from tutorial_utils.estimate.estimator import Estimate, GiB, Workload, describe_precision
+from tutorial_utils.estimate.strategies import OFFLOAD_NOTE
+from tutorial_utils.measurement.step import DRY_RUN_LABEL, StepReport
+from tutorial_utils.measurement.tracker import CATEGORIES
+
+CATEGORY_LABELS = {
+    "parameters": "params",
+    "gradients": "grads",
+    "optimizer_state": "optimizer",
+    "activations": "activations",
+}
+
+
+def describe_workload(result: Estimate) -> str:
+    w = result.workload
+    size = f"{w.size:,} tokens" if w.is_language_model else f"{w.size} x {w.size} px images"
+    tuning = "full fine-tuning"
+    if w.lora_rank:
+        targets = ",".join(w.lora_targets) if w.lora_targets else "attention projections"
+        tuning = f"LoRA rank {w.lora_rank} on {targets}"
+    optimizer = "AdamW" if w.optimizer == "adamw" else "SGD, momentum 0.9"
+    return (
+        f"step: batch {w.batch} x {size}; {describe_precision(w.precision)}; {optimizer}; {tuning}"
+    )
+
+
+def estimate_table(result: Estimate) -> str:
+    """The strategies side by side, headed by how the figures were obtained."""
+    w = result.workload
+    largest = "longest sequence" if w.is_language_model else "largest batch"
+    header = (
+        f"{'strategy':<24}"
+        + "".join(f" {CATEGORY_LABELS[c]:>11}" for c in CATEGORIES)
+        + f" {'peak GiB':>9} {'FLOPs vs none':>13} {'fits':>5} {largest:>17}"
+    )
+    lines = [
+        result.model_description,
+        describe_workload(result),
+        f"{DRY_RUN_LABEL}; peak by category in GiB (2**30 bytes) at the step's peak",
+        result.card.describe(),
+        "",
+        header,
+    ]
+    for row in result.rows:
+        if row.report is None:
+            lines.append(f"{row.strategy.name:<24} {row.error or OFFLOAD_NOTE}")
+            continue
+        cells = "".join(f" {row.report.breakdown[c] / GiB:>11,.2f}" for c in CATEGORIES)
+        flops = "-" if row.flops_ratio is None else f"{row.flops_ratio:.2f}"
+        if row.largest is None:
+            fit = "not searched"
+        elif w.is_language_model:
+            fit = f"{row.largest:,} tokens" if row.largest else "none fits"
+        else:
+            fit = f"batch {row.largest:,}" if row.largest else "none fits"
+        lines.append(
+            f"{row.strategy.name:<24}{cells} {row.report.peak_bytes / GiB:>9,.2f} "
+            f"{flops:>13} {'yes' if row.fits else 'no':>5} {fit:>17}"
+        )
+    timing = f"dry runs of the strategies: {result.seconds:.1f} s"
+    if result.search_seconds is not None:
+        unit = "256 tokens" if w.is_language_model else "1 sample"
+        timing += f"; largest-fit search (steps of {unit}): {result.search_seconds:.1f} s"
+    lines += ["", timing]
+    return "\n".join(lines)
+
+
+def cuda_comparison(
+    workload: Workload, strategy_name: str, dry: StepReport, real: StepReport
+) -> str:
+    """A real CUDA step's ``max_memory_allocated`` beside the dry run's peak, in MiB."""
+    if real.cuda_peak_allocated is None:
+        raise ValueError(f"the real step has no CUDA peak ({real.cuda_reason})")
+    gap = (real.cuda_peak_allocated - dry.peak_bytes) / dry.peak_bytes
+    return (
+        f"{strategy_name}, {workload.model}, batch {workload.batch} x {workload.size}, "
+        f"{describe_precision(workload.precision)}: dry run {dry.peak_bytes / 2**20:,.1f} MiB, "
+        f"torch.cuda.max_memory_allocated {real.cuda_peak_allocated / 2**20:,.1f} MiB "
+        f"(measured; {gap:+.2%})"
+    )

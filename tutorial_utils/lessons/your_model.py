@@ -1,0 +1,194 @@
+"""Notebook 07's mechanics: your model's training memory per strategy, against your card.
+
+Everything here is a thin layer over ``tutorial_utils.estimate`` (what ``python -m
+tutorial_utils estimate`` runs): a panel to choose the model and the run, a chart of each
+strategy's peak by category against the card; ``estimate.report.cuda_comparison`` puts one real
+step on CUDA beside its dry run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ipywidgets as widgets
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+from tutorial_utils.display.plotting import figure_subtitle
+from tutorial_utils.display.widgets import RunPanel, int_slider, wide_layout
+from tutorial_utils.estimate.card import GiB, parse_card
+from tutorial_utils.estimate.estimator import (
+    PRECISIONS,
+    Estimate,
+    Workload,
+    build_model,
+    estimate,
+    largest_fit,
+)
+from tutorial_utils.estimate.models import PRESETS
+from tutorial_utils.estimate.report import CATEGORY_LABELS, estimate_table
+from tutorial_utils.estimate.strategies import DEFAULT_STRATEGIES
+from tutorial_utils.measurement.tracker import CATEGORIES
+
+CARDS = ("8GB", "12GB", "16GB", "24GB", "40GB", "48GB", "80GB")
+CLASSIFIERS = ("resnet18", "resnet50", "convnext_tiny", "vit_b_16")
+CATEGORY_COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What the notebook dry-runs (any size is cheap on meta) and runs for real on a GPU."""
+
+    preset: str  # the language model the panel opens with
+    sequence: int
+    lora_rank: int
+    classifier: str
+    image_size: int
+    classifier_batch: int
+    search_max_sequence: int  # the longest-sequence search stops here
+    gpu_check_preset: str  # the real CUDA step beside its dry run (small: fits any GPU)
+    gpu_check_sequence: int
+
+
+SIZES = {
+    "ci": Sizes("gpt2", 512, 8, "resnet18", 64, 8, 1024, "gpt2", 256),
+    "cpu": Sizes("llama-3.2-1b", 2048, 16, "resnet50", 224, 32, 32768, "gpt2", 512),
+    "gpu": Sizes("llama-3.1-8b", 4096, 16, "resnet50", 224, 64, 131072, "llama-3.2-1b", 1024),
+    "article": Sizes("llama-3.1-8b", 4096, 16, "resnet50", 224, 64, 131072, "llama-3.2-1b", 1024),
+}
+
+
+def sizes_for(profile) -> Sizes:
+    """This notebook's sizes for a profile (a ``Profile`` or its name)."""
+    name = getattr(profile, "name", profile)
+    try:
+        return SIZES[name]
+    except KeyError:
+        raise ValueError(
+            f"no notebook-07 sizes for profile {name!r}: add it to SIZES (known: {', '.join(SIZES)})"
+        ) from None
+
+
+# -- the chart --------------------------------------------------------------------------------------
+
+
+def plot_estimate(result: Estimate, highlight: str | None = None) -> Figure:
+    """Each measured strategy's peak, stacked by category, against the card and its budget."""
+    rows = [row for row in result.rows if row.report is not None]
+    if not rows:
+        raise ValueError("no strategy was measured: include at least one besides offload")
+    fig, ax = plt.subplots(figsize=(9.5, 1.2 + 0.55 * len(rows)))
+    plt.close(fig)
+    names = [row.strategy.name for row in rows]
+    left = [0.0] * len(rows)
+    for category, color in zip(CATEGORIES, CATEGORY_COLORS, strict=True):
+        widths = [row.report.breakdown[category] / GiB for row in rows]
+        ax.barh(names, widths, left=left, color=color, label=CATEGORY_LABELS[category])
+        left = [a + b for a, b in zip(left, widths, strict=True)]
+    card = result.card
+    ax.axvline(card.total_bytes / GiB, color="black", linewidth=1.5, label=f"card {card.name}")
+    ax.axvline(
+        card.budget_bytes / GiB, color="black", linestyle="--", linewidth=1, label="card - reserve"
+    )
+    for index, name in enumerate(names):
+        if name == highlight:
+            ax.get_yticklabels()[index].set_fontweight("bold")
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1.08 * max(max(left), card.total_bytes / GiB))
+    ax.set_xlabel("peak of one training step (GiB), by what is alive at the peak")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    ax.grid(axis="x", alpha=0.3)
+    fig.suptitle(
+        f"{result.model_description}\n{rows[0].report.source} · {figure_subtitle('meta')}",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    return fig
+
+
+# -- the panel -----------------------------------------------------------------------------------
+
+
+def model_options() -> list[str]:
+    return [f"hf:{name}" for name in PRESETS] + [f"torchvision:{name}" for name in CLASSIFIERS]
+
+
+class YourModelPanel:
+    """Model, batch, size, precision, LoRA rank, strategy and card; Run dry-runs every strategy
+    (``estimate``), draws them against the card and searches the chosen strategy's largest fit.
+
+    Models are built once per (model, precision, LoRA rank) and reused."""
+
+    def __init__(self, sizes: Sizes, *, model: str | None = None):
+        self.sizes = sizes
+        self.models: dict[tuple, object] = {}
+        names = [s.name for s in DEFAULT_STRATEGIES]
+        controls = {
+            "model": widgets.Dropdown(
+                options=model_options(),
+                value=model or f"hf:{sizes.preset}",
+                description="model",
+                layout=wide_layout(),
+            ),
+            "batch": int_slider("batch", 1, 1, 256),
+            "size": int_slider("sequence (tokens) or image side (px)", sizes.sequence, 32, 32768),
+            "precision": widgets.Dropdown(
+                options=PRECISIONS, value="bf16", description="precision", layout=wide_layout()
+            ),
+            "lora_rank": int_slider("LoRA rank (0: full fine-tuning)", sizes.lora_rank, 0, 64),
+            "strategy": widgets.Dropdown(
+                options=names, value=names[1], description="strategy", layout=wide_layout()
+            ),
+            "card": widgets.Dropdown(
+                options=CARDS, value="24GB", description="card", layout=wide_layout()
+            ),
+            "reserve_percent": int_slider("reserve: % of the card (assumed)", 10, 0, 50),
+        }
+        self.panel = RunPanel(controls, self.compute, title="Will it fit?")
+        self.widget = self.panel.widget
+
+    def workload(self, model: str, batch: int, size: int, precision: str, lora_rank: int):
+        classifier = model.startswith("torchvision:")
+        return Workload(
+            model,
+            batch=batch,
+            size=size,
+            precision=precision,
+            lora_rank=0 if classifier else lora_rank,
+        )
+
+    def compute(
+        self,
+        model: str,
+        batch: int,
+        size: int,
+        precision: str,
+        lora_rank: int,
+        strategy: str,
+        card: str,
+        reserve_percent: int,
+    ) -> tuple[Figure, str]:
+        workload = self.workload(model, batch, size, precision, lora_rank)
+        key = (model, precision, workload.lora_rank, size if model.startswith("torch") else 0)
+        if key not in self.models:
+            self.models[key] = build_model(workload)
+        result = estimate(
+            workload,
+            DEFAULT_STRATEGIES,
+            parse_card(card, f"{reserve_percent}%"),
+            model=self.models[key],
+            search=False,
+        )
+        chosen = next(row for row in result.rows if row.strategy.name == strategy)
+        text = estimate_table(result)
+        if chosen.report is not None:
+            best, trials = largest_fit(
+                self.models[key],
+                workload,
+                chosen.strategy,
+                result.card.budget_bytes,
+                max_size=self.sizes.search_max_sequence if workload.is_language_model else 1024,
+            )
+            what = "longest sequence" if workload.is_language_model else "largest batch"
+            text += f"\n{strategy}: {what} that fits the card: {best:,} ({trials} dry runs)"
+        return plot_estimate(result, highlight=strategy), text
