@@ -3,7 +3,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tutorial_utils.articles.models import NetA, vgg16_classifier
+from tutorial_utils.articles.models import NetA, neta_as_sequential, vgg16_classifier
 from tutorial_utils.checkpointing.segments import forward_segments
 from tutorial_utils.checkpointing.selective import (
     EXPENSIVE_OPS,
@@ -24,11 +24,10 @@ from tutorial_utils.planning.planner import (
     Plan,
     evaluate_plan,
     iter_uniform_plans,
-    neta_as_sequential,
     plan_from_profile,
-    profile_sequential,
     uniform_boundaries,
 )
+from tutorial_utils.planning.profile import profile_sequential
 from tutorial_utils.planning.strategies import measure_strategies, strategy_menu
 from tutorial_utils.training.loop import train_model
 

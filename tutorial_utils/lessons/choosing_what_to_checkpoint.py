@@ -20,7 +20,8 @@ from tutorial_utils.display.tables import columns_table
 from tutorial_utils.display.widgets import budget_slider, result_outputs
 from tutorial_utils.measurement.timing import time_verdict
 from tutorial_utils.planning.limits import PeakFloor
-from tutorial_utils.planning.planner import ModelProfile, Plan, evaluate_plan, plan_from_profile
+from tutorial_utils.planning.planner import Plan, evaluate_plan, plan_from_profile
+from tutorial_utils.planning.profile import ModelProfile
 from tutorial_utils.units import MB
 
 KIND_STYLES = {

@@ -18,12 +18,8 @@ import torch.nn as nn
 from tutorial_utils.checkpointing.segments import forward_segments
 from tutorial_utils.measurement.dry_run import on_meta
 from tutorial_utils.measurement.tracker import TensorMemoryTracker
-from tutorial_utils.planning.planner import (
-    ModelProfile,
-    Plan,
-    plan_from_profile,
-    profile_sequential,
-)
+from tutorial_utils.planning.planner import Plan, plan_from_profile
+from tutorial_utils.planning.profile import ModelProfile, profile_sequential
 from tutorial_utils.units import MB
 
 MAX_REPLANS = 8  # each round tightens by the last miss; a handful always settles in practice

@@ -19,9 +19,9 @@ from tutorial_utils.planning.planner import (
     Plan,
     evaluate_plan,
     plan_from_profile,
-    profile_sequential,
     uniform_boundaries,
 )
+from tutorial_utils.planning.profile import profile_sequential
 from tutorial_utils.units import MB, ratio
 
 
