@@ -23,6 +23,7 @@ smaller than a layer's output. It is the same quantity ``TensorMemoryTracker`` m
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ import torch
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
+from tutorial_utils.checkpointing.batchnorm import run_keeping_batchnorm
 from tutorial_utils.checkpointing.segments import segment_boundaries
 from tutorial_utils.planning.profile import LayerCost, ModelProfile
 from tutorial_utils.units import MB
@@ -260,7 +262,8 @@ class Plan:
         use_reentrant: bool = False,
         preserve_rng_state: bool = True,
     ) -> torch.Tensor:
-        """``model(x)`` with the checkpointed segments run under ``checkpoint``.
+        """``model(x)`` with the checkpointed segments run under ``checkpoint``; their
+        recomputation leaves BatchNorm's running statistics alone (one update per step, as plain).
 
         A plain segment's modules run here, one by one, so that no frame keeps the segment's input
         alive while its modules run: a tensor no module saved is freed as soon as the next module
@@ -276,7 +279,7 @@ class Plan:
         for start, end, checkpointed in self.boundaries:
             if checkpointed:
                 x = checkpoint(
-                    _segment_runner(model, start, end),
+                    functools.partial(run_keeping_batchnorm, list(model)[start:end]),
                     x,
                     use_reentrant=use_reentrant,
                     preserve_rng_state=preserve_rng_state,
@@ -312,17 +315,6 @@ class Plan:
         )
         lines.append(f"{self.recompute_label()} per step (profiled)")
         return "\n".join(lines)
-
-
-def _segment_runner(model: nn.Sequential, start: int, end: int):
-    modules = list(model)[start:end]
-
-    def run(x: torch.Tensor) -> torch.Tensor:
-        for module in modules:
-            x = module(x)
-        return x
-
-    return run
 
 
 def evaluate_plan(profile: ModelProfile, boundaries: list[Segment]) -> Plan:
