@@ -137,7 +137,9 @@ def test_a_nested_plan_gives_the_plain_gradients_and_batchnorm_statistics():
         F.cross_entropy(forward_segments(probe, x, segments), y).backward()
         results.append(([p.grad for p in probe.parameters()], running_stats(probe)))
     (plain_grads, plain_stats), (nested_grads, nested_stats) = results
-    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(plain_grads, nested_grads))
+    assert all(
+        torch.allclose(a, b, atol=1e-6) for a, b in zip(plain_grads, nested_grads, strict=True)
+    )
     for name, stats in plain_stats.items():
         assert all(torch.equal(stats[k], nested_stats[name][k]) for k in stats)
 
