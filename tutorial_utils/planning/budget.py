@@ -69,7 +69,7 @@ def plan_within(
             if target == budget_bytes:
                 raise
             raise ValueError(
-                f"no plan fits the budget of {budget_bytes / MB:.1f} MB as measured: the planner's "
+                f"no plan fits the budget of {budget_bytes / MB:.1f} MiB as measured: the planner's "
                 f"cheapest plans measure above it ({error}); raise the budget or shrink the batch"
             ) from None
         measured = measured_plan_peak(model, sample_input, plan)
@@ -79,7 +79,7 @@ def plan_within(
         target -= measured - budget_bytes  # tighten by the miss and plan again
     raise ValueError(
         f"no plan found within {MAX_REPLANS} re-plans whose measured peak fits "
-        f"{budget_bytes / MB:.1f} MB (last: {measured / MB:.1f} MB): raise the budget"
+        f"{budget_bytes / MB:.1f} MiB (last: {measured / MB:.1f} MiB): raise the budget"
     )
 
 
