@@ -57,6 +57,7 @@ class Sizes:
     repeats: int  # timed steps per strategy, in turns: their range is the noise
     chain_pairs: int  # Linear+Tanh pairs of the deep chain (dry run)
     chain_batch: int
+    compile_budgets: tuple[float, ...]  # torch.compile's activation memory budgets to sweep
 
 
 def sizes_for(profile: Profile) -> Sizes:
@@ -68,6 +69,7 @@ def sizes_for(profile: Profile) -> Sizes:
         repeats=1 if small else profile.capped(3),
         chain_pairs=16 if small else (64 if profile.name == "cpu" else 128),
         chain_batch=512 if small else 4096,
+        compile_budgets=(0.0, 1.0) if small else (0.0, 0.3, 0.6, 1.0),
     )
 
 
@@ -405,3 +407,27 @@ def floor_table(rows: Sequence[dict], floor: PeakFloor) -> str:
         lines.append(f"{name:<{width}}  {row['tracked_peak_mb']:>15,.1f}  {above:>14.1%}")
     lines.append(f"{'floor (no plan goes below)':<{width}}  {floor_mb:>15,.1f}")
     return "\n".join(lines) + "\n" + floor.describe()
+
+
+def prediction_errors(
+    measured: Sequence[dict], dry: Sequence[dict], roofline: dict[str, float]
+) -> str:
+    """Median measured time ratios to "none" beside the FLOP and roofline predictions, with each
+    prediction's error; rows within noise are marked, and their errors mean little."""
+    reference = measured[0]["step_timing"]
+    width = max(len(row["checkpointing"]) for row in measured)
+    lines = [f"{'strategy':<{width}}  {'measured':>8}  {'FLOPs':>13}  {'roofline':>13}  noise"]
+    for real, counted in zip(measured[1:], dry[1:], strict=True):
+        timing, name = real["step_timing"], real["checkpointing"]
+        ratio = timing.median / reference.median
+        flops, roof = counted["flops_ratio"], roofline[name]
+        noise = (
+            "1 run"
+            if timing.repeats == 1
+            else ("beyond" if not timing.overlaps(reference) else "within")
+        )
+        lines.append(
+            f"{name:<{width}}  x{ratio:>7.2f}  x{flops:.2f} {ratio / flops - 1:>+5.0%}  "
+            f"x{roof:.2f} {ratio / roof - 1:>+5.0%}  {noise}"
+        )
+    return "\n".join(lines)
