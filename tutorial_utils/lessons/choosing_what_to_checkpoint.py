@@ -406,7 +406,11 @@ def floor_table(rows: Sequence[dict], floor: PeakFloor) -> str:
         above = row["tracked_peak_mb"] / floor_mb - 1
         lines.append(f"{name:<{width}}  {row['tracked_peak_mb']:>15,.1f}  {above:>14.1%}")
     lines.append(f"{'floor (no plan goes below)':<{width}}  {floor_mb:>15,.1f}")
-    return "\n".join(lines) + "\n" + floor.describe()
+    lines.append(floor.describe())
+    if planned:
+        peak = round(chosen["planner, least peak"]["tracked_peak_mb"] * MB)
+        lines.append(f"planner, least peak: {floor.distance(peak)}")
+    return "\n".join(lines)
 
 
 def prediction_errors(
@@ -427,7 +431,7 @@ def prediction_errors(
             else ("beyond" if not timing.overlaps(reference) else "within")
         )
         lines.append(
-            f"{name:<{width}}  x{ratio:>7.2f}  x{flops:.2f} {ratio / flops - 1:>+5.0%}  "
+            f"{name:<{width}}  {f'x{ratio:.2f}':>8}  x{flops:.2f} {ratio / flops - 1:>+5.0%}  "
             f"x{roof:.2f} {ratio / roof - 1:>+5.0%}  {noise}"
         )
     return "\n".join(lines)
