@@ -156,7 +156,17 @@ class _Partial:
     stored: int
     peak: int
     cost: float
-    segments: tuple[Segment, ...] = field(default=())
+    last: Segment | None = None  # the segment ending at j
+    parent: _Partial | None = field(default=None, repr=False, compare=False)  # the plan before it
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        """Every segment, first to last (kept as a chain: extending copies nothing)."""
+        found, node = [], self
+        while node is not None and node.last is not None:
+            found.append(node.last)
+            node = node.parent
+        return tuple(reversed(found))
 
 
 def _pareto(candidates: list[_Partial], key) -> list[_Partial]:
@@ -180,6 +190,7 @@ class _CostTable:
         for layer in profile.layers:
             self.prefix_cost.append(self.prefix_cost[-1] + layer.recompute_cost)
         self._costs: dict[tuple[int, int, bool, bool], tuple[int, int]] = {}
+        self._recompute: dict[tuple[int, int], float] = {}
 
     def cost(self, start: int, end: int, checkpointed: bool, after_plain: bool) -> tuple[int, int]:
         """(stored, high-water) of one segment, memoized: the search asks for each many times."""
@@ -192,17 +203,25 @@ class _CostTable:
         return self._costs[key]
 
     def extend(self, partial: _Partial, end: int, checkpointed: bool) -> _Partial:
-        start = partial.segments[-1][1] if partial.segments else 0
-        after_plain = bool(partial.segments) and not partial.segments[-1][2]
+        start = partial.last[1] if partial.last else 0
+        after_plain = partial.last is not None and not partial.last[2]
         stored, high = self.cost(start, end, checkpointed, after_plain)
-        recomputed = recomputed_end(self.profile, start, end)
-        cost = self.prefix_cost[recomputed] - self.prefix_cost[start] if checkpointed else 0.0
+        cost = self.recompute_cost(start, end) if checkpointed else 0.0
         return _Partial(
             partial.stored + stored,
             max(partial.peak, partial.stored + high),
             partial.cost + cost,
-            (*partial.segments, (start, end, checkpointed)),
+            (start, end, checkpointed),
+            partial,
         )
+
+    def recompute_cost(self, start: int, end: int) -> float:
+        """What recomputing ``start..end-1`` costs (memoized, see ``recomputed_end``)."""
+        key = (start, end)
+        if key not in self._recompute:
+            stop = recomputed_end(self.profile, start, end)
+            self._recompute[key] = self.prefix_cost[stop] - self.prefix_cost[start]
+        return self._recompute[key]
 
     def finished_plans(self, fits, front_key) -> list[_Partial]:
         """Partial plans grown boundary by boundary, pruned to a Pareto front at each boundary.
