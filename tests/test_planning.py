@@ -3,7 +3,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tutorial_utils.articles.models import NetA, vgg16_classifier
+from tutorial_utils.articles.models import NetA, neta_as_sequential, vgg16_classifier
 from tutorial_utils.checkpointing.segments import forward_segments
 from tutorial_utils.checkpointing.selective import (
     EXPENSIVE_OPS,
@@ -24,11 +24,10 @@ from tutorial_utils.planning.planner import (
     Plan,
     evaluate_plan,
     iter_uniform_plans,
-    neta_as_sequential,
     plan_from_profile,
-    profile_sequential,
     uniform_boundaries,
 )
+from tutorial_utils.planning.profile import profile_sequential
 from tutorial_utils.planning.strategies import measure_strategies, strategy_menu
 from tutorial_utils.training.loop import train_model
 
@@ -124,7 +123,7 @@ def test_budget_buys_the_fastest_plan_that_fits(chain):
         assert plan.predicted_peak_bytes <= budget
         assert plan.recompute_seconds <= previous_seconds
         previous_seconds = plan.recompute_seconds
-    with pytest.raises(ValueError, match=r"smallest peak any plan reaches, \d+\.\d MB"):
+    with pytest.raises(ValueError, match=r"smallest peak any plan reaches, \d+\.\d MiB"):
         plan_from_profile(profile, least.predicted_peak_bytes - 1)
 
 
@@ -167,7 +166,7 @@ def test_plan_refuses_a_model_of_another_length(chain):
 def test_plan_reads_as_one_line_and_as_a_table(chain):
     model, x, _ = chain
     plan = plan_checkpoints(model, x)
-    assert "\n" not in str(plan) and "ckpt" in str(plan) and "MB" in str(plan)
+    assert "\n" not in str(plan) and "ckpt" in str(plan) and "MiB" in str(plan)
     table = plan.describe()
     assert "checkpointed" in table and "Conv2d" in table and "optimizer state" in table
 

@@ -154,7 +154,7 @@ class DryRunBench:
 
     rows: list[dict]
     vgg16_step_seconds: float  # wall time of one dry-run step, article VGG16, 224 px, batch 64
-    floor: str  # limits.PeakFloor.describe() for the flat VGG16
+    floor: str  # limits.PeakFloor.describe() for the flat VGG16, and the planner's distance to it
     neta_max_batch: dict[str, int]  # "none" / NETA_CHECKPOINTED -> largest batch under the card
     seconds: float  # wall time of the whole dry-run part
     cpu_seconds: float  # its CPU time: the cost without other work on a shared machine
@@ -188,12 +188,13 @@ def vgg16_dry_run_rows() -> tuple[list[dict], float, str]:
     ]
     group.append(_row(VGG16_FLAT, f"best uniform: {best.segments} segments (of 2..40)", best))
     plan = plan_checkpoints(flat, inputs)
+    planned = dry_run_step(flat, shape, plan)
     group.append(
         _row(
             VGG16_FLAT,
             f"planner, least peak ({len(plan.boundaries)} segments, "
             f"{plan.checkpointed_segments} checkpointed)",
-            dry_run_step(flat, shape, plan),
+            planned,
         )
     )
     for regions in SELECTIVE_REGIONS:
@@ -211,7 +212,8 @@ def vgg16_dry_run_rows() -> tuple[list[dict], float, str]:
             "source": "lower bound from a dry run (limits.peak_floor)",
         }
     )
-    return rows + add_ratios(group), step_seconds, floor.describe()
+    planner = f"the planner's least-peak plan is {floor.distance(planned.peak_bytes)}"
+    return rows + add_ratios(group), step_seconds, f"{floor.describe()}; {planner}"
 
 
 def _neta_report(use_checkpoint: bool, batch: int) -> StepReport:
@@ -338,8 +340,8 @@ def print_dry_run_bench(bench: DryRunBench) -> None:
         "checkpointing, which recomputes only those, is predicted at no extra time."
     )
     print(
-        "Floor (flat VGG16; limits.peak_floor, a lower bound from the same dry run's profile "
-        f"of each module): {bench.floor}."
+        "Floor (flat VGG16; limits.peak_floor: a lower bound for every plan, from a dry run of "
+        f"each module's backward alone): {bench.floor}."
     )
     print(
         f"NetA's largest batch under {ARTICLE_CARD_BYTES // MB} MiB (dry-run batch search, tracked "

@@ -145,3 +145,15 @@ class NetA(nn.Module):
 def count_parameters(model: nn.Module) -> int:
     """Number of trainable parameters."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def neta_as_sequential(net: NetA) -> nn.Sequential:
+    """NetA's layers, conv/BN/ReLU each a top-level module, so the planner can cut anywhere.
+
+    The modules are shared (same parameters) and the forward computes the same function as
+    ``NetA.forward`` without checkpointing: the article's ``+ zeros(1, requires_grad=True)``
+    changes no value, and adaptive pooling, flattening and the classifier follow layer 8.
+    """
+    blocks = [getattr(net, f"layer{k}") for k in range(1, 9)]
+    convs = [module for block in blocks for module in block]
+    return nn.Sequential(*convs, nn.AdaptiveAvgPool2d(1), nn.Flatten(), net.layer9)

@@ -5,14 +5,18 @@ backward needs its activations. A BatchNorm in training mode updates ``running_m
 ``running_var`` and ``num_batches_tracked`` every time it runs, so with torch 2.x every
 checkpointed BatchNorm is updated twice per step, in reentrant and in non-reentrant mode alike
 (early stop does not help: BatchNorm saves tensors for backward, so the recomputation reaches it).
-Here: snapshots to compare, a per-step update count, and two fixes.
+Here: snapshots to compare, a per-step update count, and the fixes: compensated momentum, hooks
+on the whole model (``freeze_stats_during_recompute``) and, for code that runs the checkpointed
+modules itself, ``run_keeping_batchnorm`` (what the planner's plans, nested plans, selective
+checkpointing and ``forward_segments(..., keep_batchnorm=True)`` use by default).
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
 
 import torch
 import torch.nn as nn
@@ -179,3 +183,39 @@ def freeze_stats_during_recompute(model: nn.Module) -> list[RemovableHandle]:
         handles.append(module.register_forward_pre_hook(hooks.before))
         handles.append(module.register_forward_hook(hooks.after))
     return handles
+
+
+@contextmanager
+def statistics_unchanged(modules: Sequence[nn.Module]) -> Iterator[None]:
+    """Inside the block, every training BatchNorm in ``modules`` normalises as usual but leaves its
+    running statistics and counter as they were.
+
+    Momentum 0 makes the kernel's own update a no-op and the counter is hidden for the duration
+    (``BatchNorm`` skips it when it is None), so no extra tensor op runs: selective checkpointing
+    checks that a recomputation runs the forward's ops.
+    """
+    layers = [
+        layer
+        for module in modules
+        for layer in module.modules()
+        if isinstance(layer, _BatchNorm) and layer.track_running_stats and layer.training
+    ]
+    saved = [(layer, layer.momentum, layer.num_batches_tracked) for layer in layers]
+    for layer in layers:
+        layer.momentum = 0.0
+        layer.num_batches_tracked = None
+    try:
+        yield
+    finally:
+        for layer, momentum, counter in saved:
+            layer.momentum = momentum
+            layer.num_batches_tracked = counter
+
+
+def run_keeping_batchnorm(modules: Sequence[nn.Module], x: torch.Tensor) -> torch.Tensor:
+    """``modules`` applied in turn; when this run is a checkpoint's recomputation, BatchNorm's
+    statistics are left alone, so the step updates them once, as an un-checkpointed step does."""
+    with statistics_unchanged(modules) if is_recomputing() else nullcontext():
+        for module in modules:
+            x = module(x)
+    return x

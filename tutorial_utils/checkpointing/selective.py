@@ -34,6 +34,7 @@ from torch.utils.checkpoint import (
     create_selective_checkpoint_contexts,
 )
 
+from tutorial_utils.checkpointing.batchnorm import run_keeping_batchnorm
 from tutorial_utils.checkpointing.segments import segment_boundaries, validate_segments
 
 aten = torch.ops.aten
@@ -90,9 +91,12 @@ class SelectiveCheckpoint:
 
     Why several regions and not one: when backward reaches a region, its cheap activations are
     all recomputed at once, so one region spanning the model would bring them all back together.
+    BatchNorm is recomputed too; ``keep_batchnorm`` (the default) keeps that second run from
+    updating its running statistics (``checkpointing.batchnorm``).
     """
 
     segments: int
+    keep_batchnorm: bool = True
 
     def forward(
         self,
@@ -109,7 +113,10 @@ class SelectiveCheckpoint:
         modules = list(model)
         for start, end in segment_boundaries(len(model), self.segments):
             x = checkpoint(
-                functools.partial(_run_modules, modules[start:end]),
+                functools.partial(
+                    run_keeping_batchnorm if self.keep_batchnorm else _run_modules,
+                    modules[start:end],
+                ),
                 x,
                 use_reentrant=False,
                 preserve_rng_state=preserve_rng_state,

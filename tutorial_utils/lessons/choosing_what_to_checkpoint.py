@@ -1,4 +1,5 @@
-"""Notebook 04's figures and its budget slider: strategies on a Pareto plot, a plan on its layers.
+"""Notebook 04's sizes, models, figures and budget slider: strategies on a Pareto plot, a plan on
+its layers, the timing check, BatchNorm under each strategy, one-level against nested plans.
 
 Figures follow ``plotting``'s conventions (returned detached, titled with profile and device).
 The budget explorer re-plans on every slider change (planning a profiled model takes well under
@@ -7,20 +8,32 @@ a second) and writes its figure and text straight into an Output widget.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from tutorial_utils.articles.models import vgg16_classifier
+from tutorial_utils.articles.profiles import Profile
+from tutorial_utils.checkpointing.batchnorm import running_stats
+from tutorial_utils.checkpointing.segments import forward_segments
 from tutorial_utils.display.labels import annotate_points
 from tutorial_utils.display.plotting import figure_subtitle
 from tutorial_utils.display.tables import columns_table
 from tutorial_utils.display.widgets import budget_slider, result_outputs
+from tutorial_utils.measurement.dry_run import dry_run_step
 from tutorial_utils.measurement.timing import time_verdict
 from tutorial_utils.planning.limits import PeakFloor
-from tutorial_utils.planning.planner import ModelProfile, Plan, evaluate_plan, plan_from_profile
+from tutorial_utils.planning.nested import nested_from_profile, one_level_schedule, simulate
+from tutorial_utils.planning.planner import Plan, evaluate_plan, plan_from_profile
+from tutorial_utils.planning.profile import ModelProfile
 from tutorial_utils.units import MB
 
 KIND_STYLES = {
@@ -30,8 +43,138 @@ KIND_STYLES = {
     "planned": ("#c44e52", "*"),
     "selective": ("#55a868", "^"),
     "offload": ("#8172b3", "v"),
+    "nested": ("#937860", "P"),
 }
 CHECKPOINTED_COLOR, KEPT_COLOR = "#c6d4e8", "#dd8452"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Notebook 04's sizes for one profile."""
+
+    timing_side: int  # convolutional VGG16 input side for the timed steps, pixels
+    timing_batch: int
+    repeats: int  # timed steps per strategy, in turns: their range is the noise
+    chain_pairs: int  # Linear+Tanh pairs of the deep chain (dry run)
+    chain_batch: int
+    compile_budgets: tuple[float, ...]  # torch.compile's activation memory budgets to sweep
+
+
+def sizes_for(profile: Profile) -> Sizes:
+    """Timed steps where convolutions dominate (128 px on a CPU: recompute shows beyond noise)."""
+    small = profile.name == "ci"
+    return Sizes(
+        timing_side=32 if small else max(128, profile.image_size),
+        timing_batch=2 if small else max(8, profile.sweep_batch_size),
+        repeats=1 if small else profile.capped(3),
+        chain_pairs=16 if small else (64 if profile.name == "cpu" else 128),
+        chain_batch=512 if small else 4096,
+        compile_budgets=(0.0, 1.0) if small else (0.0, 0.3, 0.6, 1.0),
+    )
+
+
+def conv_vgg16(num_classes: int = 2) -> nn.Sequential:
+    """VGG16's 31 convolutional-part modules (out-of-place ReLUs) and a small head: the weights'
+    own backward and optimizer step no longer dilute the recompute, as the 120 M-parameter
+    classifier does."""
+    features = list(vgg16_classifier(num_classes, layout="flat"))[:31]
+    for module in features:
+        if isinstance(module, nn.ReLU):
+            module.inplace = False
+    return nn.Sequential(
+        *features, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, num_classes)
+    )
+
+
+def deep_tanh_chain(pairs: int, width: int = 256, classes: int = 10) -> nn.Sequential:
+    """``pairs`` x (Linear, Tanh) and a Linear head: a deep chain of equal layers."""
+    layers: list[nn.Module] = []
+    for _ in range(pairs):
+        layers += [nn.Linear(width, width), nn.Tanh()]
+    return nn.Sequential(*layers, nn.Linear(width, classes))
+
+
+def timing_check(measured: Sequence[dict], dry: Sequence[dict], name: str) -> str:
+    """One strategy's median time ratio to "none" against its FLOP prediction, and whether the
+    difference is beyond noise (ranges of repeats apart)."""
+    row = next(i for i, r in enumerate(measured) if r["checkpointing"] == name)
+    timing, reference = measured[row]["step_timing"], measured[0]["step_timing"]
+    ratio, predicted = timing.median / reference.median, dry[row]["flops_ratio"]
+    noise = (
+        "noise unknown (1 run)"
+        if timing.repeats == 1
+        else ("ranges apart: beyond noise" if not timing.overlaps(reference) else "within noise")
+    )
+    return (
+        f"{name}: median x{ratio:.2f} against x{predicted:.2f} predicted from FLOPs "
+        f"(off by {ratio / predicted - 1:+.0%}); {noise}"
+    )
+
+
+def recompute_accounting(plan: Plan, plain_gflop: float, planned_gflop: float) -> str:
+    """The planner's recompute count beside the extra FLOPs the dry-run step really did."""
+    return (
+        f"planner's recompute: {plan.recompute_flops / 1e9:,.1f} GFLOP; dry-run step: "
+        f"{planned_gflop:,.1f} - {plain_gflop:,.1f} = {planned_gflop - plain_gflop:,.1f} GFLOP"
+    )
+
+
+def batchnorm_updates(
+    model: nn.Sequential, inputs: torch.Tensor, targets: torch.Tensor, strategies: dict
+) -> str:
+    """For each strategy, one training step on a copy: how many BatchNorm layers counted more
+    than one update, and whether running statistics equal the plain step's."""
+
+    def step(segments):
+        probe = copy.deepcopy(model).train()
+        F.cross_entropy(forward_segments(probe, inputs, segments), targets).backward()
+        return running_stats(probe)
+
+    plain = step(0)
+    width = max(len(name) for name in strategies)
+    lines = [f"{'strategy':<{width}}  {'BatchNorms updated twice':>24}  same statistics as plain"]
+    for name, segments in strategies.items():
+        stats = step(segments)
+        doubled = sum(int(layer["num_batches_tracked"]) > 1 for layer in stats.values())
+        same = all(
+            torch.equal(stats[layer][key], plain[layer][key])
+            for layer in plain
+            for key in plain[layer]
+        )
+        lines.append(f"{name:<{width}}  {doubled:>20} of {len(stats)}  {'yes' if same else 'no'}")
+    return "\n".join(lines)
+
+
+def one_level_against_nested(model: nn.Sequential, input_shape: tuple[int, ...], profile) -> dict:
+    """The one-level least-peak plan and the nested plan of least activation memory within one
+    extra forward pass of recompute over it, both measured by dry run."""
+    one_level = plan_from_profile(profile)
+    forward = sum(layer.forward_flops for layer in profile.layers)
+    ceiling, _ = simulate(profile, one_level_schedule(one_level.boundaries))
+    nested = nested_from_profile(
+        profile, max_recompute=one_level.recompute_flops + forward, max_bytes=ceiling
+    )
+    reports = {name: dry_run_step(model, input_shape, segments=plan)
+               for name, plan in (("one level", one_level), ("nested", nested))}  # fmt: skip
+    return {"forward_flops": forward, "plans": {"one level": one_level, "nested": nested},
+            "reports": reports}  # fmt: skip
+
+
+def nested_table(result: dict) -> str:
+    """Activation memory and recompute of the two plans, as a dry run measured them."""
+    base = result["reports"]["one level"].activation_peak_bytes
+    lines = [
+        f"{'plan':<10}  {'activation peak MiB':>19}  {'vs one level':>12}  "
+        f"{'recompute (forward passes)':>26}  most runs of a module"
+    ]
+    for name, plan in result["plans"].items():
+        peak = result["reports"][name].activation_peak_bytes
+        runs = max(plan.runs) if hasattr(plan, "runs") else 2
+        lines.append(
+            f"{name:<10}  {peak / MB:>19,.1f}  {peak / base:>12.2f}  "
+            f"{plan.recompute_flops / result['forward_flops']:>26.2f}  {runs}"
+        )
+    return "\n".join(lines)
 
 
 def pareto_front(rows: Sequence[dict], x: str, y: str) -> list[dict]:
@@ -135,7 +278,7 @@ def plot_plan(profile: ModelProfile, plan: Plan, title: str, subtitle: str | Non
     )
     added = (plan.predicted_peak_bytes - plan.baseline_bytes) / MB
     fig.suptitle(
-        f"{title}: predicted {added:.1f} MB above parameters and batch, "
+        f"{title}: predicted {added:.1f} MiB above parameters and batch, "
         f"{plan.recompute_label()}\n{subtitle or figure_subtitle()}",
         fontsize=10,
     )
@@ -173,9 +316,9 @@ class BudgetExplorer:
         try:
             plan = plan_from_profile(self.profile, budget)
         except ValueError as error:
-            return f"budget {budget_mb:.0f} MB: {error}"
-        figure = plot_plan(self.profile, plan, f"{self.title}, budget {budget_mb:.0f} MB")
-        return figure, f"budget {budget_mb:.0f} MB added -> {plan}\n{plan.describe()}"
+            return f"budget {budget_mb:.0f} MiB: {error}"
+        figure = plot_plan(self.profile, plan, f"{self.title}, budget {budget_mb:.0f} MiB")
+        return figure, f"budget {budget_mb:.0f} MiB added -> {plan}\n{plan.describe()}"
 
     def show(self, budget_mb: float) -> None:
         self.output.outputs = result_outputs(self.explore(budget_mb))
@@ -183,8 +326,8 @@ class BudgetExplorer:
 
 TABLE_COLUMNS = (
     ("checkpointing", "strategy", "{}"),
-    ("tracked_peak_mb", "tracked peak MB", "{:,.1f}"),
-    ("added_mb", "grads+acts MB", "{:,.1f}"),
+    ("tracked_peak_mb", "tracked peak MiB", "{:,.1f}"),
+    ("added_mb", "grads+acts MiB", "{:,.1f}"),
     ("predicted_added_mb", "predicted", "{:,.1f}"),
     ("added_ratio", "vs none", "{:.2f}"),
     ("added_vs_best_uniform", "vs best uniform", "{:.2f}"),
@@ -218,7 +361,7 @@ def time_against_flops_table(measured: Sequence[dict], dry: Sequence[dict]) -> s
         raise ValueError("the measured rows have no timings: measure them on a real device")
     name_width = max(len(row["checkpointing"]) for row in measured)
     lines = [
-        f"{'strategy':<{name_width}}  {'peak MB':>9}  {'step time, fastest (range)':<34}  "
+        f"{'strategy':<{name_width}}  {'peak MiB':>9}  {'step time, fastest (range)':<34}  "
         "time vs none, against the FLOP prediction"
     ]
     for real, predicted in zip(measured, dry, strict=True):
@@ -258,9 +401,37 @@ def floor_table(rows: Sequence[dict], floor: PeakFloor) -> str:
         chosen[f"best {best['checkpointing']}"] = best
     floor_mb = floor.floor_bytes / MB
     width = max(len(name) for name in chosen)
-    lines = [f"{'strategy':<{width}}  {'tracked peak MB':>15}  {'above the floor':>15}"]
+    lines = [f"{'strategy':<{width}}  {'tracked peak MiB':>15}  {'above the floor':>15}"]
     for name, row in chosen.items():
         above = row["tracked_peak_mb"] / floor_mb - 1
         lines.append(f"{name:<{width}}  {row['tracked_peak_mb']:>15,.1f}  {above:>14.1%}")
     lines.append(f"{'floor (no plan goes below)':<{width}}  {floor_mb:>15,.1f}")
-    return "\n".join(lines) + "\n" + floor.describe()
+    lines.append(floor.describe())
+    if planned:
+        peak = round(chosen["planner, least peak"]["tracked_peak_mb"] * MB)
+        lines.append(f"planner, least peak: {floor.distance(peak)}")
+    return "\n".join(lines)
+
+
+def prediction_errors(
+    measured: Sequence[dict], dry: Sequence[dict], roofline: dict[str, float]
+) -> str:
+    """Median measured time ratios to "none" beside the FLOP and roofline predictions, with each
+    prediction's error; rows within noise are marked, and their errors mean little."""
+    reference = measured[0]["step_timing"]
+    width = max(len(row["checkpointing"]) for row in measured)
+    lines = [f"{'strategy':<{width}}  {'measured':>8}  {'FLOPs':>13}  {'roofline':>13}  noise"]
+    for real, counted in zip(measured[1:], dry[1:], strict=True):
+        timing, name = real["step_timing"], real["checkpointing"]
+        ratio = timing.median / reference.median
+        flops, roof = counted["flops_ratio"], roofline[name]
+        noise = (
+            "1 run"
+            if timing.repeats == 1
+            else ("beyond" if not timing.overlaps(reference) else "within")
+        )
+        lines.append(
+            f"{name:<{width}}  {f'x{ratio:.2f}':>8}  x{flops:.2f} {ratio / flops - 1:>+5.0%}  "
+            f"x{roof:.2f} {ratio / roof - 1:>+5.0%}  {noise}"
+        )
+    return "\n".join(lines)

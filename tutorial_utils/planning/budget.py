@@ -11,6 +11,7 @@ plan does, which it then says plainly with the smallest peak it measured.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import torch
 import torch.nn as nn
@@ -18,18 +19,17 @@ import torch.nn as nn
 from tutorial_utils.checkpointing.segments import forward_segments
 from tutorial_utils.measurement.dry_run import on_meta
 from tutorial_utils.measurement.tracker import TensorMemoryTracker
-from tutorial_utils.planning.planner import (
-    ModelProfile,
-    Plan,
-    plan_from_profile,
-    profile_sequential,
-)
+from tutorial_utils.planning.nested import NestedPlan, nested_from_profile
+from tutorial_utils.planning.planner import Plan, plan_from_profile
+from tutorial_utils.planning.profile import ModelProfile, profile_sequential
 from tutorial_utils.units import MB
 
 MAX_REPLANS = 8  # each round tightens by the last miss; a handful always settles in practice
 
 
-def measured_plan_peak(model: nn.Sequential, sample_input: torch.Tensor, plan: Plan) -> int:
+def measured_plan_peak(
+    model: nn.Sequential, sample_input: torch.Tensor, plan: Plan | NestedPlan
+) -> int:
     """Tracked peak of forward, loss and backward under ``plan``, as a dry run of ``model``.
 
     The loss is cross-entropy against class 0 for a (batch, classes) output, the mean square of
@@ -56,18 +56,20 @@ def plan_within(
     sample_input: torch.Tensor,
     profile: ModelProfile,
     budget_bytes: int | None,
-) -> Plan:
+    planner: Callable[[ModelProfile, int | None], Plan | NestedPlan] = plan_from_profile,
+) -> Plan | NestedPlan:
     """The planner's choice on ``profile`` for ``budget_bytes``, measured, re-planned until its
-    measured peak fits (see the module docstring); a ``ValueError`` when no plan fits."""
+    measured peak fits (see the module docstring); a ``ValueError`` when no plan fits.
+    ``planner``: one level (``plan_from_profile``) or nested (``nested_from_profile``)."""
     target = budget_bytes
     for _ in range(MAX_REPLANS):
         try:
-            plan = plan_from_profile(profile, target)
+            plan = planner(profile, target)
         except ValueError as error:
             if target == budget_bytes:
                 raise
             raise ValueError(
-                f"no plan fits the budget of {budget_bytes / MB:.1f} MB as measured: the planner's "
+                f"no plan fits the budget of {budget_bytes / MB:.1f} MiB as measured: the planner's "
                 f"cheapest plans measure above it ({error}); raise the budget or shrink the batch"
             ) from None
         measured = measured_plan_peak(model, sample_input, plan)
@@ -77,18 +79,25 @@ def plan_within(
         target -= measured - budget_bytes  # tighten by the miss and plan again
     raise ValueError(
         f"no plan found within {MAX_REPLANS} re-plans whose measured peak fits "
-        f"{budget_bytes / MB:.1f} MB (last: {measured / MB:.1f} MB): raise the budget"
+        f"{budget_bytes / MB:.1f} MiB (last: {measured / MB:.1f} MiB): raise the budget"
     )
 
 
 def plan_checkpoints(
-    model: nn.Sequential, sample_input: torch.Tensor, budget_bytes: int | None = None
-) -> Plan:
+    model: nn.Sequential,
+    sample_input: torch.Tensor,
+    budget_bytes: int | None = None,
+    *,
+    nested: bool = False,
+) -> Plan | NestedPlan:
     """Profile ``model`` on ``sample_input``, choose where to checkpoint, and measure the choice.
 
     With ``budget_bytes``: the plan of least recompute cost whose **measured** peak fits (a
     ``ValueError`` says when none does). Without: the plan of least predicted peak, the fastest
     among equals. Either way the returned plan carries its measured peak beside the prediction.
-    Budgets count what the prediction counts: optimizer state comes on top.
+    Budgets count what the prediction counts: optimizer state comes on top. ``nested=True``
+    searches schedules that may recompute a module several times (``planning.nested``).
     """
-    return plan_within(model, sample_input, profile_sequential(model, sample_input), budget_bytes)
+    profile = profile_sequential(model, sample_input)
+    planner = nested_from_profile if nested else plan_from_profile
+    return plan_within(model, sample_input, profile, budget_bytes, planner)

@@ -19,9 +19,9 @@ from tutorial_utils.planning.planner import (
     Plan,
     evaluate_plan,
     plan_from_profile,
-    profile_sequential,
     uniform_boundaries,
 )
+from tutorial_utils.planning.profile import profile_sequential
 from tutorial_utils.units import MB, ratio
 
 
@@ -71,7 +71,7 @@ def strategy_menu(
             plan = plan_within(model, sample_input, profile, budget)
         except ValueError:
             continue
-        label = f"planned, budget {(budget - profile.baseline_bytes) / MB:.1f} MB added"
+        label = f"planned, budget {(budget - profile.baseline_bytes) / MB:.1f} MiB added"
         menu.append(Strategy(label, "planned", plan, plan))
     menu += [
         Strategy(f"selective, {k} regions", "selective", SelectiveCheckpoint(k))
