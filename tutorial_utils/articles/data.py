@@ -21,6 +21,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -555,7 +556,8 @@ class _Python2StrPickler(pickle._Pickler):
 
     dispatch = pickle._Pickler.dispatch.copy()
 
-    def save_python2_str(self, obj: bytes) -> None:
+    # self is Any: the pure-Python pickler's write/memoize are not in its type stubs
+    def save_python2_str(self: Any, obj: bytes) -> None:
         if len(obj) < 256:
             self.write(pickle.SHORT_BINSTRING + bytes([len(obj)]) + obj)
         else:

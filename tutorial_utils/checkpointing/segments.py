@@ -13,7 +13,7 @@ import torch.nn as nn
 from torch.utils.checkpoint import checkpoint_sequential
 
 
-def validate_segments(model: nn.Sequential, segments: int) -> int:
+def validate_segments(model: nn.Sequential, segments: object) -> int:
     """``segments`` itself when it is a valid count for ``model``, else a ``ValueError``."""
     n_modules = len(model)
     if isinstance(segments, bool) or not isinstance(segments, int):
@@ -54,12 +54,12 @@ def forward_segments(
         return segments.forward(
             model, x, use_reentrant=use_reentrant, preserve_rng_state=preserve_rng_state
         )
-    validate_segments(model, segments)
-    if segments <= 1:
+    count = validate_segments(model, segments)
+    if count <= 1:
         return model(x)
     return checkpoint_sequential(
         model,
-        segments,
+        count,
         x,
         use_reentrant=use_reentrant,
         preserve_rng_state=preserve_rng_state,

@@ -9,16 +9,21 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal, get_args
 
 import torch
 import torch.nn as nn
 
+from tutorial_utils.checkpointing.segments import Segments
 from tutorial_utils.measurement.devices import default_device
 from tutorial_utils.measurement.dry_run import build_on_meta
 from tutorial_utils.measurement.nvml import cuda_unavailable_reason
 from tutorial_utils.measurement.step import OptimizerFactory, adam_optimizer, measure_step
 from tutorial_utils.measurement.tracker import MemoryLimitExceeded
+
+# "tracked": the tracked peak against the budget, any device; "cuda": a real step under a capped
+# CUDA allocator, where running out of memory is the answer
+SearchMode = Literal["tracked", "cuda"]
 
 
 @dataclass
@@ -40,22 +45,24 @@ class MaxBatchResult:
     batch_size: int
     trials: list[BatchTrial]
     budget_bytes: int
-    segments: Any = 0
-    mode: str = "tracked"
+    segments: Segments = 0
+    mode: SearchMode = "tracked"
     device: str = "cpu"
 
     def fitting(self) -> list[BatchTrial]:
         return [trial for trial in self.trials if trial.fits]
 
 
-def _validate_search(sample_shape, budget_bytes, mode, max_batch) -> None:
+def _validate_search(
+    sample_shape: Sequence[int], budget_bytes: int, mode: str, max_batch: int
+) -> None:
     if budget_bytes <= 0:
         raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
     if len(sample_shape) == 0 or any(int(side) <= 0 for side in sample_shape):
         raise ValueError(
             f"sample_shape must be non-empty and positive, e.g. (3, 32, 32); got {sample_shape}"
         )
-    if mode not in ("tracked", "cuda"):
+    if mode not in get_args(SearchMode):
         raise ValueError(f"mode must be 'tracked' or 'cuda', got {mode!r}")
     if max_batch < 1:
         raise ValueError(f"max_batch must be at least 1, got {max_batch}")
@@ -105,11 +112,11 @@ def find_max_batch_size(
     make_model: Callable[[], nn.Module],
     sample_shape: Sequence[int],
     budget_bytes: int,
-    segments: Any = 0,
+    segments: Segments = 0,
     *,
     num_classes: int = 10,
     device: torch.device | str | None = None,
-    mode: str = "tracked",
+    mode: SearchMode = "tracked",
     max_batch: int = 256,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     optimizer_factory: OptimizerFactory | None = None,

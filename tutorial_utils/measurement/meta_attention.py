@@ -23,12 +23,13 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch.nn.attention import SDPBackend
 from torch.utils._python_dispatch import _disable_current_modes
 
-FLASH = int(SDPBackend.FLASH_ATTENTION)
+FLASH = SDPBackend.FLASH_ATTENTION.value
 
 
 def _stand_in(tensor: torch.Tensor | None) -> torch.Tensor | None:
@@ -92,7 +93,7 @@ def cpu_attention_on_meta() -> Iterator[None]:
 @contextlib.contextmanager
 def unpacked_batches_on_meta() -> Iterator[None]:
     """``transformers``' packed-sequence check answers "not packed" for meta position ids."""
-    masking = sys.modules.get("transformers.masking_utils")
+    masking: Any = sys.modules.get("transformers.masking_utils")  # patched: typed loosely
     if masking is None:  # transformers not imported: nothing to answer for
         yield
         return

@@ -2,14 +2,13 @@
 
 ``measure_step`` runs forward, backward and an optimizer step under the ``TensorMemoryTracker``
 (tracked peak, any device) and, on CUDA, reads the allocator's peaks and NVML beside it (on
-Apple's GPU, torch.mps's two readings after the step).
-``find_max_batch_size`` is the second article's "largest batch on a small card" as a search, and
-``sweep_segments`` measures one model at several checkpoint segment counts. ``MemoryMonitor``
-samples memory in a background thread for memory-over-time plots.
+Apple's GPU, torch.mps's two readings after the step). ``sweep_segments`` measures one model at
+several checkpoint segment counts, timed in turns. (The batch search built on ``measure_step`` is
+``batch_search.find_max_batch_size``; dry runs of any model, ``dry_run.dry_run_step``.)
 
-All of them accept the ``meta`` device: a model and inputs there make a **dry run**, the same step
-with shapes and no data, whose tensor bytes are exact (``tests/test_dry_run.py`` proves them equal
-to a real step's) and whose time does not exist: ``seconds`` is None and FLOPs stand in for it.
+Both accept the ``meta`` device: a model and inputs there make a **dry run**, the same step with
+shapes and no data, whose tensor bytes are exact (``tests/test_dry_run.py`` proves them equal to a
+real step's) and whose time does not exist: ``seconds`` is None and FLOPs stand in for it.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from tutorial_utils.checkpointing.segments import forward_segments
+from tutorial_utils.checkpointing.segments import Segments, forward_segments
 from tutorial_utils.measurement.devices import synchronize
 from tutorial_utils.measurement.flops import StepFlopCounter, StepFlops
 from tutorial_utils.measurement.meta_attention import dry_run_context
@@ -63,7 +62,7 @@ class StepReport:
     cuda_peak_allocated: int | None
     cuda_peak_reserved: int | None
     nvml_used_mb: float | None
-    segments: Any  # as passed to forward_segments (an int, or whatever it accepts)
+    segments: Segments  # as passed to forward_segments: a count, or a strategy
     batch_size: int
     device: str
     baseline_bytes: int = (
@@ -175,7 +174,7 @@ def _model_device(model: nn.Module) -> torch.device:
     return parameter.device if parameter is not None else torch.device("cpu")
 
 
-def _check_segments(model: nn.Module, segments: Any) -> None:
+def _check_segments(model: nn.Module, segments: Segments) -> None:
     """Only an ``nn.Sequential`` is split by ``forward_segments``; other modules need 0."""
     if not isinstance(model, nn.Sequential) and not (isinstance(segments, int) and segments == 0):
         raise ValueError(
@@ -184,7 +183,7 @@ def _check_segments(model: nn.Module, segments: Any) -> None:
         )
 
 
-def _forward(model: nn.Module, inputs: torch.Tensor, segments: Any) -> torch.Tensor:
+def _forward(model: nn.Module, inputs: torch.Tensor, segments: Segments) -> torch.Tensor:
     """``forward_segments`` for a Sequential; a plain call for modules that checkpoint themselves."""
     if isinstance(model, nn.Sequential):
         return forward_segments(model, inputs, segments)
@@ -216,7 +215,7 @@ def measure_step(
     model: nn.Module,
     inputs: torch.Tensor,
     targets: torch.Tensor,
-    segments: Any = 0,
+    segments: Segments = 0,
     optimizer: torch.optim.Optimizer | None = None,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     device: torch.device | str | None = None,
@@ -346,7 +345,7 @@ def _time_counts_in_turns(
     model: nn.Sequential,
     inputs: torch.Tensor,
     targets: torch.Tensor,
-    counts: list[Any],
+    counts: list[Segments],
     optimizers: list[torch.optim.Optimizer],
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None,
     device: torch.device,
@@ -357,7 +356,7 @@ def _time_counts_in_turns(
     model.to(device).train()
     inputs, targets = inputs.to(device), targets.to(device)
     loss_fn = loss_fn if loss_fn is not None else nn.CrossEntropyLoss()
-    steps = {}
+    steps: dict[int, Callable[[], None]] = {}
     for index, (segments, optimizer) in enumerate(zip(counts, optimizers, strict=True)):
         _check_segments(model, segments)
         steps[index] = functools.partial(
@@ -371,7 +370,7 @@ def sweep_segments(
     model: nn.Sequential,
     inputs: torch.Tensor,
     targets: torch.Tensor,
-    segment_counts: Iterable[int],
+    segment_counts: Iterable[Segments],
     *,
     optimizer_factory: OptimizerFactory | None = None,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
