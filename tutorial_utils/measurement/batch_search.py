@@ -20,6 +20,7 @@ from tutorial_utils.measurement.dry_run import build_on_meta
 from tutorial_utils.measurement.nvml import cuda_unavailable_reason
 from tutorial_utils.measurement.step import OptimizerFactory, adam_optimizer, measure_step
 from tutorial_utils.measurement.tracker import MemoryLimitExceeded
+from tutorial_utils.units import MB
 
 # "tracked": the tracked peak against the budget, any device; "cuda": a real step under a capped
 # CUDA allocator, where running out of memory is the answer
@@ -40,7 +41,7 @@ class BatchTrial:
 
 @dataclass
 class MaxBatchResult:
-    """The largest batch size that fits ``budget_bytes`` (0 if none) and every trial."""
+    """The largest batch size that fits ``budget_bytes`` and every trial."""
 
     batch_size: int
     trials: list[BatchTrial]
@@ -133,7 +134,8 @@ def find_max_batch_size(
     out-of-memory error as "does not fit", frees everything and goes on; the fraction is restored
     afterwards. The limit covers everything the process has allocated, other live tensors included.
     ``device="meta"`` makes every trial a dry run (model and batch built on the meta device): the
-    tracked search at any size in well under a second per trial, on any machine.
+    tracked search at any size in well under a second per trial, on any machine. A budget that
+    not even one sample fits is a ``ValueError`` saying so.
     """
     _validate_search(sample_shape, budget_bytes, mode, max_batch)
     device = torch.device(device) if device is not None else default_device()
@@ -194,7 +196,22 @@ def find_max_batch_size(
         best = _search_on_small_card(try_batch, max_batch, budget_bytes, device)
     else:
         best = largest_fitting(try_batch, max_batch)
+    if best == 0:
+        raise ValueError(_no_batch_fits(trials, budget_bytes))
     return MaxBatchResult(best, trials, budget_bytes, segments, mode, str(device))
+
+
+def _no_batch_fits(trials: Sequence[BatchTrial], budget_bytes: int) -> str:
+    """One line: not even one sample fits, by how much, and what to do."""
+    single = next(trial for trial in trials if trial.batch_size == 1)  # the search's last try
+    if single.peak_bytes is None:  # mode "cuda": out of memory under the cap
+        needs = "ran out of memory under the cap"
+    else:  # stopped as soon as it went over: a lower bound
+        needs = f"needs more than {single.peak_bytes / MB:,.1f} MiB"
+    return (
+        f"not even batch 1 fits the budget of {budget_bytes / MB:,.1f} MiB (its step {needs}): "
+        "raise the budget, checkpoint more of the model, or use smaller samples"
+    )
 
 
 def _search_on_small_card(

@@ -51,6 +51,26 @@ def on_meta(model: ModuleT) -> ModuleT:
     return model if all(t.device.type == "meta" for t in tensors) else meta_copy(model)
 
 
+def model_for_sample(model: ModuleT, sample: torch.Tensor) -> ModuleT:
+    """``model`` ready to run on ``sample``: a meta copy for a meta sample (a dry run; the model is
+    left alone), the model itself where both are on one device, else a one-line ``ValueError``
+    saying what to do."""
+    if sample.device.type == "meta":
+        return on_meta(model)
+    devices = {tensor.device for tensor in [*model.parameters(), *model.buffers()]}
+    if not devices or devices == {sample.device}:
+        return model
+    where = ", ".join(sorted(str(device) for device in devices))
+    if any(device.type == "meta" for device in devices):
+        hint = (
+            f"for a dry run pass a meta sample (torch.empty({tuple(sample.shape)}, "
+            f"device='meta')); for a real step build the model on {sample.device}"
+        )
+    else:
+        hint = f"move one to the other, e.g. model.to({str(sample.device)!r})"
+    raise ValueError(f"the model is on {where} and the sample on {sample.device}: {hint}")
+
+
 def build_on_meta(make_model: Callable[[], ModuleT]) -> ModuleT:
     """``make_model()`` with every tensor created on the meta device (nothing is initialised)."""
     with torch.device("meta"):

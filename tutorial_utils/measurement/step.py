@@ -174,6 +174,20 @@ def _model_device(model: nn.Module) -> torch.device:
     return parameter.device if parameter is not None else torch.device("cpu")
 
 
+def _step_device(
+    model: nn.Module, inputs: torch.Tensor, device: torch.device | str | None
+) -> torch.device:
+    """Where the step runs: ``device``, else the model's; meta inputs need a model there too."""
+    device = torch.device(device) if device is not None else _model_device(model)
+    if inputs.device.type == "meta" and device.type != "meta":
+        raise ValueError(
+            f"the inputs are on the meta device (shapes, no values) and the model on {device}: for "
+            f"a dry run call dry_run_step(model, {tuple(inputs.shape)}), which runs a meta copy "
+            f"and leaves your model alone; for a real step pass inputs on {device}"
+        )
+    return device
+
+
 def _check_segments(model: nn.Module, segments: Segments) -> None:
     """Only an ``nn.Sequential`` is split by ``forward_segments``; other modules need 0."""
     if not isinstance(model, nn.Sequential) and not (isinstance(segments, int) and segments == 0):
@@ -254,7 +268,7 @@ def measure_step(
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
     _check_segments(model, segments)
-    device = torch.device(device) if device is not None else _model_device(model)
+    device = _step_device(model, inputs, device)
     dry_run = device.type == "meta"
     count_flops = dry_run if count_flops is None else count_flops
     model.to(device).train()
@@ -390,8 +404,8 @@ def sweep_segments(
     if not counts:
         raise ValueError("segment_counts is empty: pass e.g. [0, 2, 4]")
     factory = optimizer_factory if optimizer_factory is not None else default_optimizer
+    device = _step_device(model, inputs, device)
     optimizers = [factory(model.parameters()) for _ in counts]
-    device = torch.device(device) if device is not None else _model_device(model)
     timings = (
         {}
         if device.type == "meta"
