@@ -30,6 +30,7 @@ from tutorial_utils.articles.profiles import Profile, get_profile
 from tutorial_utils.articles.quoted import NETA_ARTICLE
 from tutorial_utils.checkpointing.segments import Segments
 from tutorial_utils.checkpointing.selective import SelectiveCheckpoint
+from tutorial_utils.display.tables import Column, columns_table
 from tutorial_utils.measurement.batch_search import find_max_batch_size
 from tutorial_utils.measurement.devices import default_device, hardware_line
 from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step
@@ -275,7 +276,7 @@ def dry_run_bench() -> DryRunBench:
 
 # -- printing -------------------------------------------------------------------------------------
 
-Columns = Sequence[tuple[str, str, str]]
+Columns = Sequence[Column]  # markdown tables (display.tables): n/a where a figure is absent here
 
 COLUMNS: Columns = (
     ("model", "model", "{}"),
@@ -319,17 +320,6 @@ PLANNER_COLUMNS: Columns = (
 )
 
 
-def format_table(rows: list[dict], columns: Columns = COLUMNS) -> str:
-    """A markdown table of bench rows; n/a where a figure is absent on this machine."""
-    header = "| " + " | ".join(title for _, title, _ in columns) + " |"
-    rule = "|" + "|".join(" --- " if fmt == "{}" else " ---: " for _, _, fmt in columns) + "|"
-    lines = [header, rule]
-    for row in rows:
-        cells = ["n/a" if row.get(key) is None else fmt.format(row[key]) for key, _, fmt in columns]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 def print_dry_run_bench(bench: DryRunBench) -> None:
     """The dry-run table with what each figure is and how long it took."""
     plain, checkpointed = (bench.neta_max_batch[k] for k in ("none", NETA_CHECKPOINTED))
@@ -339,7 +329,7 @@ def print_dry_run_bench(bench: DryRunBench) -> None:
         "(the second article); cross-entropy."
     )
     print()
-    print(format_table(bench.rows, DRY_RUN_COLUMNS))
+    print(columns_table(bench.rows, DRY_RUN_COLUMNS, "markdown"))
     print()
     print(
         "ratio to none: to the same model without checkpointing at the same batch (n/a for the "
@@ -429,7 +419,7 @@ def _print_timed(
     print()
     print(title)
     print()
-    print(format_table(rows, columns))
+    print(columns_table(rows, columns, "markdown"))
     print()
     print(f"{note} Measured in {time.perf_counter() - started:.0f} s.")
 
