@@ -5,7 +5,7 @@ with ``TUTORIAL_PROFILE`` set; its first cell prints the profile and hardware. E
 checked for readability on the way (``TUTORIAL_CHECK_FIGURES``, see display/figure_check.py). A notebook that
 raises is left untouched on disk, so a committed notebook never carries an error.
 
-Usage: python scripts/execute_notebooks.py [--profile ci|cpu|article] [notebooks...]
+Usage: python scripts/execute_notebooks.py [--profile ci|cpu|gpu|article] [notebooks...]
 """
 
 from __future__ import annotations

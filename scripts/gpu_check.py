@@ -46,16 +46,18 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from tutorial_utils.articles.models import NetA, vgg16_classifier
+from tutorial_utils.articles.models import Layout, NetA, vgg16_classifier
 from tutorial_utils.articles.profiles import PROFILE_ENV
 from tutorial_utils.articles.quoted import NETA_ARTICLE
 from tutorial_utils.checkpointing.selective import OffloadedActivations
 from tutorial_utils.display.figure_check import CHECK_FIGURES_ENV
+from tutorial_utils.display.tables import cell_text, columns_table, markdown_cell
 from tutorial_utils.measurement.batch_search import MaxBatchResult, find_max_batch_size
 from tutorial_utils.measurement.devices import hardware_line
 from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step
@@ -75,7 +77,10 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUTPUT = ROOT / "docs" / "gpu_report.md"
 DEFAULT_BUDGET_S = 540.0  # the device machine stops a command at 600 s; wheels and start-up first
 
-PASSED, FAILED, SKIPPED = "passed", "FAILED", "skipped"
+Status = Literal["passed", "FAILED", "skipped"]
+PASSED: Status = "passed"
+FAILED: Status = "FAILED"
+SKIPPED: Status = "skipped"
 MEASURED, DRY_RUN = "measured on the GPU", "dry run"
 
 
@@ -115,7 +120,7 @@ class Outcome:
 class SectionResult:
     key: str
     title: str
-    status: str  # PASSED, FAILED or SKIPPED
+    status: Status
     seconds: float
     tables: list[Table] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -130,15 +135,6 @@ def one_line(error: BaseException) -> str:
     return f"{name}: {message.splitlines()[0]}" if message else name
 
 
-def _cell(value: object, fmt: str) -> str:
-    if value is None:
-        return "n/a"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    text = fmt.format(value)
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def _header(column: dict) -> str:
     return (
         column["header"] if column["source"] is None else f"{column['header']} ({column['source']})"
@@ -146,22 +142,13 @@ def _header(column: dict) -> str:
 
 
 def render_table(table: dict) -> list[str]:
-    """A table (as ``dataclasses.asdict`` gives it) as markdown lines."""
-    columns = table["columns"]
-    align = ["---:" if column["fmt"] != "{}" else "---" for column in columns]  # figures right
-    lines = [
-        f"### {table['title']}",
-        "",
-        "| " + " | ".join(_header(column) for column in columns) + " |",
-        "| " + " | ".join(align) + " |",
-    ]
-    for row in table["rows"]:
-        cells = (_cell(row.get(column["key"]), column["fmt"]) for column in columns)
-        lines.append("| " + " | ".join(cells) + " |")
-    return [*lines, ""]
+    """A table (as ``dataclasses.asdict`` gives it) as markdown lines under its title."""
+    columns = [(column["key"], _header(column), column["fmt"]) for column in table["columns"]]
+    body = columns_table(table["rows"], columns, "markdown")
+    return [f"### {table['title']}", "", *body.splitlines(), ""]
 
 
-def status_text(status: str, error: str | None) -> str:
+def status_text(status: Status, error: str | None) -> str:
     """The status as the report shows it: passed, FAILED, or "skipped: " and why."""
     return f"skipped: {error}" if status == SKIPPED else status
 
@@ -190,7 +177,7 @@ def render_report(report: dict) -> str:
     lines += ["| section | status | seconds | error |", "| --- | --- | ---: | --- |"]
     for section in sections:
         status = status_text(section["status"], section["error"])
-        error = "" if section["status"] == SKIPPED else _cell(section["error"] or "", "{}")
+        error = "" if section["status"] == SKIPPED else markdown_cell(section["error"] or "")
         lines.append(f"| {section['title']} | {status} | {section['seconds']:.1f} | {error} |")
     lines.append("")
     for number, section in enumerate(sections, 1):
@@ -200,7 +187,7 @@ def render_report(report: dict) -> str:
             "",
         ]
         if section["status"] == FAILED:
-            lines += [f"Error: {_cell(section['error'], '{}')}", ""]
+            lines += [f"Error: {markdown_cell(cell_text(section['error']))}", ""]
         for table in section["tables"]:
             lines += render_table(table)
         lines += [*(f"{note}\n" for note in section["notes"])]
@@ -395,7 +382,7 @@ class CrossCheckStep:
     optimizer_factory: OptimizerFactory
 
 
-def _vgg16(layout: str) -> Callable[[], nn.Module]:
+def _vgg16(layout: Layout) -> Callable[[], nn.Module]:
     return lambda: vgg16_classifier(2, layout=layout)
 
 
@@ -504,9 +491,9 @@ def crosscheck_outcome(rows: list[dict]) -> Outcome:
             "storage rounded up to the CUDA caching allocator's 512-byte blocks. Errors: (peak - "
             "CUDA peak allocated) / CUDA peak allocated (torch.cuda.max_memory_allocated).",
             "Before each step the tracker counted "
-            + ", ".join(_cell(r["tracked_baseline_mb"], "{:.1f} MB") for r in rows)
+            + ", ".join(cell_text(r["tracked_baseline_mb"], "{:.1f} MB") for r in rows)
             + " while CUDA had "
-            + ", ".join(_cell(r["cuda_allocated_before_mb"], "{:.1f} MB") for r in rows)
+            + ", ".join(cell_text(r["cuda_allocated_before_mb"], "{:.1f} MB") for r in rows)
             + " allocated: the difference is memory no tensor owns (e.g. the cuBLAS workspace).",
             "Kernel workspaces allocated and freed inside one op (cuDNN) count in CUDA peak "
             "allocated but are invisible to the tracker and the dry run; NVML adds the CUDA "

@@ -19,8 +19,8 @@ from tutorial_utils.bench import (
     VGG16_ARTICLE,
     VGG16_FLAT,
     add_ratios,
-    format_table,
 )
+from tutorial_utils.display.tables import columns_table
 from tutorial_utils.measurement.step import DRY_RUN_LABEL, default_optimizer, measure_step
 from tutorial_utils.units import MB
 
@@ -64,7 +64,7 @@ def test_bench_table_gives_ratios_and_says_n_a():
     assert rows[1]["tracked_peak_ratio"] == 0.5 and rows[1]["activation_peak_ratio"] == 0.25
     assert rows[1]["step_ratio"] == 1.5 and rows[1]["cuda_peak_allocated_ratio"] is None
     assert rows[1]["flops_ratio"] == pytest.approx(1.3)
-    header, rule, *lines = format_table(rows).splitlines()
+    header, rule, *lines = columns_table(rows, bench.COLUMNS, "markdown").splitlines()
     assert header.count("|") == rule.count("|") == lines[0].count("|")
     assert "step s (measured)" in header and "time ratio (predicted from FLOPs)" in header
     assert (

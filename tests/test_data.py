@@ -15,6 +15,7 @@ from torch import nn
 from torchvision import transforms
 
 from tutorial_utils.articles import data
+from tutorial_utils.articles.data import fetching  # patched where fetch_real_data looks names up
 from tutorial_utils.articles.profiles import get_profile
 
 
@@ -25,7 +26,7 @@ def dogcat_root(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def offline(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(data, "internet_reachable", lambda host, *args, **kwargs: False)
+    monkeypatch.setattr(fetching, "internet_reachable", lambda host, *args, **kwargs: False)
 
 
 def jpeg_bytes(root: Path) -> dict[str, bytes]:
@@ -37,7 +38,7 @@ def jpeg_bytes(root: Path) -> dict[str, bytes]:
 
 def test_data_root_is_project_data_folder_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(data.DATA_DIR_ENV, raising=False)
-    project = Path(data.__file__).resolve().parents[2]
+    project = Path(data.__file__).resolve().parents[3]  # tutorial_utils/articles/data/
     assert data.data_root() == project / "data"
 
 
@@ -382,7 +383,7 @@ def test_fetch_real_data_downloads_only_when_asked_and_needed(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv(data.DATA_DIR_ENV, str(tmp_path))
-    monkeypatch.setattr(data, "internet_reachable", lambda host, *args, **kwargs: True)
+    monkeypatch.setattr(fetching, "internet_reachable", lambda host, *args, **kwargs: True)
     clones: list[str] = []
 
     def fake_clone() -> Path:
@@ -390,7 +391,7 @@ def test_fetch_real_data_downloads_only_when_asked_and_needed(
         _real_dogcat(data.default_dogcat_root())
         return data.default_dogcat_root()
 
-    monkeypatch.setattr(data, "download_dogcat", fake_clone)
+    monkeypatch.setattr(fetching, "download_dogcat", fake_clone)
     cpu = get_profile("cpu")
     assert "nothing fetched" in data.fetch_real_data("dog-cat", get_profile("ci"))
     assert "set FETCH_REAL_DATA = True" in data.fetch_real_data("dog-cat", cpu, fetch=False)
@@ -407,12 +408,12 @@ def test_fetch_real_data_reports_a_failed_download_and_goes_on(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv(data.DATA_DIR_ENV, str(tmp_path))
-    monkeypatch.setattr(data, "internet_reachable", lambda host, *args, **kwargs: True)
+    monkeypatch.setattr(fetching, "internet_reachable", lambda host, *args, **kwargs: True)
 
     def failing_download(root=None):
         raise RuntimeError("connection reset")
 
-    monkeypatch.setattr(data, "download_cifar10", failing_download)
+    monkeypatch.setattr(fetching, "download_cifar10", failing_download)
     line = data.fetch_real_data("CIFAR-10", get_profile("gpu"))
     assert line == (
         "fetching the real CIFAR-10 failed (connection reset); going on with the generated stand-in"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import threading
 
 import pytest
 import torch
@@ -13,7 +12,6 @@ from torch.utils.checkpoint import checkpoint_sequential
 from tutorial_utils.articles.models import NetA
 from tutorial_utils.measurement import nvml
 from tutorial_utils.measurement.batch_search import find_max_batch_size
-from tutorial_utils.measurement.monitor import MemoryMonitor, timeline_samples
 from tutorial_utils.measurement.nvml import cuda_memory_figures, nvml_used_mb
 from tutorial_utils.measurement.step import measure_step, sweep_segments
 from tutorial_utils.measurement.tracker import CATEGORIES, MemoryLimitExceeded, TensorMemoryTracker
@@ -228,33 +226,3 @@ def test_driver_version_comes_from_nvml_and_is_none_without_it(monkeypatch):
     assert nvml.nvml_driver_version() == "580.159.03"
     monkeypatch.setattr(nvml, "_nvml", lambda: (None, "no NVIDIA driver reachable"))
     assert nvml.nvml_driver_version() is None
-
-
-def test_monitor_samples_the_tracker_and_stops():
-    model = linear_chain(16)
-    inputs, targets = chain_batch(batch=512)
-    tracker = TensorMemoryTracker(model)
-    with MemoryMonitor(interval_s=0.005, tracker=tracker, device="cpu") as monitor:
-        with tracker:
-            for _ in range(3):
-                nn.functional.cross_entropy(model(inputs), targets).backward()
-    assert len(monitor.samples) >= 2
-    assert any(s.tracked_bytes for s in monitor.samples)
-    times = [s.seconds for s in monitor.samples]
-    assert times == sorted(times)
-    assert not any(t.name == "MemoryMonitor" for t in threading.enumerate())
-
-
-def test_monitor_stops_on_an_exception():
-    with pytest.raises(RuntimeError, match="boom"):
-        with MemoryMonitor(interval_s=0.01) as monitor:
-            raise RuntimeError("boom")
-    assert monitor.samples and not any(t.name == "MemoryMonitor" for t in threading.enumerate())
-
-
-def test_timeline_samples_follow_the_tracker():
-    model = linear_chain(4)
-    inputs, targets = chain_batch(batch=64)
-    tracker = _tracked_step(model, inputs, targets, lambda m, x: m(x))
-    samples = timeline_samples(tracker)
-    assert max(s.tracked_bytes for s in samples) == tracker.peak_bytes

@@ -8,19 +8,15 @@ import torch
 import torch.nn as nn
 from matplotlib.figure import Figure
 
-from tutorial_utils.checkpointing.segments import forward_segments
 from tutorial_utils.display.figure_check import figure_problems
 from tutorial_utils.display.plotting import (
     plot_batch_search,
     plot_breakdown,
     plot_histories,
-    plot_memory_over_time,
     plot_segment_sweep,
 )
 from tutorial_utils.measurement.batch_search import BatchTrial, MaxBatchResult
-from tutorial_utils.measurement.monitor import MemoryMonitor, timeline_samples
 from tutorial_utils.measurement.step import measure_step, sweep_segments
-from tutorial_utils.measurement.tracker import TensorMemoryTracker
 from tutorial_utils.training.loop import EpochRecord, History
 
 matplotlib.use("Agg")
@@ -45,22 +41,6 @@ def assert_labelled(figure: Figure) -> None:
         assert "(" in ax.get_ylabel()  # a unit, e.g. (MB), (s), (%)
     figure.canvas.draw()  # really renders
     assert figure_problems(figure) == []  # and nothing overlaps or is cut off
-
-
-def test_memory_over_time():
-    model = chain()
-    inputs, targets = batch()
-    runs = {}
-    for segments in (0, 4):
-        tracker = TensorMemoryTracker(model, record_timeline=True)
-        with tracker:
-            outputs = forward_segments(model, inputs, segments)
-            nn.functional.cross_entropy(outputs, targets).backward()
-        runs[f"segments={segments}"] = timeline_samples(tracker)
-    with MemoryMonitor(interval_s=0.01, device="cpu") as monitor:
-        pass
-    runs["monitor (no tracker)"] = monitor.samples  # no source on CPU: nothing drawn, no error
-    assert_labelled(plot_memory_over_time(runs))
 
 
 def test_breakdown():
@@ -123,9 +103,7 @@ def test_histories_three_panels():
     assert len(figure.axes) == 3
 
 
-@pytest.mark.parametrize(
-    "plot", [plot_memory_over_time, plot_breakdown, plot_segment_sweep, plot_histories]
-)
+@pytest.mark.parametrize("plot", [plot_breakdown, plot_segment_sweep, plot_histories])
 def test_empty_input_is_a_clear_error(plot):
     with pytest.raises(ValueError, match="empty"):
         plot({} if plot is not plot_segment_sweep else [])

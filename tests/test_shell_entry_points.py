@@ -69,7 +69,9 @@ def _fake_checkout(tmp_path: Path, with_venv_python: bool) -> tuple[Path, Path]:
     (root / "notebooks" / "01_a.ipynb").write_text("{}")
     log = tmp_path / "calls.log"
     (root / ".venv" / "bin").mkdir(parents=True)
-    programs = ["jupyter", "ruff", "lint-imports"] + (["python"] if with_venv_python else [])
+    programs = ["jupyter", "ruff", "lint-imports", "mypy"] + (
+        ["python"] if with_venv_python else []
+    )
     for program in programs:
         fake = root / ".venv" / "bin" / program
         fake.write_text(f'#!/bin/sh\necho "{program} $*" >> "{log}"\n')
@@ -111,7 +113,7 @@ def test_test_runs_with_only_mac_tools_up_to_pytest(tmp_path) -> None:
     assert "torch==" in result.stdout and "-m venv" not in result.stdout  # .venv exists
     assert "browser test will be skipped" in result.stderr  # no chromium, no apt-get on a Mac
     calls = log.read_text().splitlines()
-    assert [call.split()[0] for call in calls] == ["ruff", "ruff", "lint-imports", "python"]
+    assert [call.split()[0] for call in calls] == ["ruff", "ruff", "lint-imports", "mypy", "python"]
     assert calls[-1].startswith("python -m pytest") and calls[-1].endswith("notebooks -k x")
     assert "--nbval-lax" in calls[-1]  # without chromium nbval runs the notebooks
     assert "the notebooks run under nbval instead" in result.stderr

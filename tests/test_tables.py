@@ -61,3 +61,20 @@ def test_the_measured_tables_show_each_record() -> None:
     assert [line.split()[0] for line in table.splitlines()[1:]] == ["0", "2"]
     no_grad = tables.no_grad_table(chain, inputs, 2, unit).splitlines()
     assert no_grad[1].startswith("recording gradients") and "no_grad" in no_grad[2]
+
+
+def test_one_renderer_gives_text_and_markdown_from_the_same_columns() -> None:
+    from tutorial_utils.display.tables import columns_table
+
+    rows = [
+        {"name": "plain", "peak": 12.5, "fits": True},
+        {"name": "a | b\nc", "peak": None, "fits": False},
+    ]
+    columns = [("name", "run", "{}"), ("peak", "peak MiB", "{:.1f}"), ("fits", "fits", "{}")]
+    text = columns_table(rows, columns).splitlines()
+    assert text[1].split() == ["plain", "12.5", "yes"]
+    assert text[1].index("12.5") + 4 == text[0].index("peak MiB") + 8  # figures right-aligned
+    markdown = columns_table(rows, columns, "markdown").splitlines()
+    assert markdown[:2] == ["| run | peak MiB | fits |", "| --- | ---: | --- |"]
+    assert markdown[2] == "| plain | 12.5 | yes |"
+    assert markdown[3] == "| a \\| b c | n/a | no |"  # a cell cannot break its row

@@ -10,7 +10,8 @@ import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from tutorial_utils.articles.models import NetA
-from tutorial_utils.training.loop import atomic_save, test_model, train_model
+from tutorial_utils.training import loop
+from tutorial_utils.training.loop import atomic_save, train_model
 
 ARTICLE_LINE = re.compile(
     r"^Epoch=(\d+) Train Accuracy=\S+ Train loss=\S+ Validation accuracy=\S+ "
@@ -118,7 +119,7 @@ def test_test_model_is_a_true_per_sample_mean_with_uneven_batches():
     model = nn.Linear(3, 2)
     x, y = torch.randn(10, 3), torch.randint(0, 2, (10,))
     loader = DataLoader(TensorDataset(x, y), batch_size=4)  # batches of 4, 4, 2
-    accuracy, loss = test_model(model, loader, nn.CrossEntropyLoss())
+    accuracy, loss = loop.test_model(model, loader, nn.CrossEntropyLoss())
     with torch.no_grad():
         expected_loss = nn.CrossEntropyLoss()(model(x), y).item()
         expected_accuracy = 100.0 * (model(x).argmax(1) == y).float().mean().item()

@@ -1,7 +1,9 @@
 """Gradient checkpointing, measured: the tools behind the tutorial's notebooks.
 
 The names below are the public API, the tools to take into your own training script (the
-README's "Use it on your own model" shows them at work). They are imported lazily, on first use,
+README's "Use it on your own model" shows them at work), the types they return (``StepReport``,
+``MaxBatchResult``, ``Plan``, ``PeakFloor``) and what ``segments`` accepts (``Segments``: a count,
+or a ``CheckpointStrategy`` you implement). They are imported lazily, on first use,
 so ``python -m tutorial_utils --help`` answers before torch is loaded. The layers behind them
 are described in docs/ARCHITECTURE.md.
 """
@@ -9,11 +11,37 @@ are described in docs/ARCHITECTURE.md.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what an IDE or a type checker sees; at run time the names load lazily
+    from tutorial_utils.checkpointing.batchnorm import (
+        freeze_stats_during_recompute as freeze_stats_during_recompute,
+    )
+    from tutorial_utils.checkpointing.segments import CheckpointStrategy as CheckpointStrategy
+    from tutorial_utils.checkpointing.segments import Segments as Segments
+    from tutorial_utils.checkpointing.segments import forward_segments as forward_segments
+    from tutorial_utils.checkpointing.selective import OffloadedActivations as OffloadedActivations
+    from tutorial_utils.checkpointing.selective import SelectiveCheckpoint as SelectiveCheckpoint
+    from tutorial_utils.measurement.batch_search import MaxBatchResult as MaxBatchResult
+    from tutorial_utils.measurement.batch_search import find_max_batch_size as find_max_batch_size
+    from tutorial_utils.measurement.dry_run import build_on_meta as build_on_meta
+    from tutorial_utils.measurement.dry_run import dry_run_step as dry_run_step
+    from tutorial_utils.measurement.dry_run import meta_copy as meta_copy
+    from tutorial_utils.measurement.step import StepReport as StepReport
+    from tutorial_utils.measurement.step import measure_step as measure_step
+    from tutorial_utils.measurement.step import sweep_segments as sweep_segments
+    from tutorial_utils.measurement.tracker import TensorMemoryTracker as TensorMemoryTracker
+    from tutorial_utils.planning.budget import plan_checkpoints as plan_checkpoints
+    from tutorial_utils.planning.limits import PeakFloor as PeakFloor
+    from tutorial_utils.planning.limits import peak_floor as peak_floor
+    from tutorial_utils.planning.planner import Plan as Plan
+    from tutorial_utils.training.loop import train_model as train_model
 
 _PUBLIC = {
     # mechanism
     "forward_segments": "tutorial_utils.checkpointing.segments",
+    "Segments": "tutorial_utils.checkpointing.segments",
+    "CheckpointStrategy": "tutorial_utils.checkpointing.segments",
     "SelectiveCheckpoint": "tutorial_utils.checkpointing.selective",
     "OffloadedActivations": "tutorial_utils.checkpointing.selective",
     "freeze_stats_during_recompute": "tutorial_utils.checkpointing.batchnorm",
@@ -22,12 +50,15 @@ _PUBLIC = {
     "StepReport": "tutorial_utils.measurement.step",
     "measure_step": "tutorial_utils.measurement.step",
     "sweep_segments": "tutorial_utils.measurement.step",
+    "MaxBatchResult": "tutorial_utils.measurement.batch_search",
     "find_max_batch_size": "tutorial_utils.measurement.batch_search",
     "dry_run_step": "tutorial_utils.measurement.dry_run",
     "build_on_meta": "tutorial_utils.measurement.dry_run",
     "meta_copy": "tutorial_utils.measurement.dry_run",
     # planning
+    "Plan": "tutorial_utils.planning.planner",
     "plan_checkpoints": "tutorial_utils.planning.budget",
+    "PeakFloor": "tutorial_utils.planning.limits",
     "peak_floor": "tutorial_utils.planning.limits",
     # training
     "train_model": "tutorial_utils.training.loop",

@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import sys
+from typing import NoReturn
 
 from tutorial_utils.articles.profiles import PROFILES, get_profile
 
@@ -17,7 +18,7 @@ MIN_VGG16_IMAGE_SIZE = 32
 class CleanArgumentParser(argparse.ArgumentParser):
     """Bad arguments end in one line and exit status 2, never a traceback."""
 
-    def error(self, message: str) -> None:
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 

@@ -17,6 +17,7 @@ Every figure is also given as a ratio to the same model without checkpointing.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import time
@@ -27,7 +28,9 @@ import torch
 from tutorial_utils.articles.models import NETA_SEGMENTS, NetA, flatten_vgg16, vgg16_classifier
 from tutorial_utils.articles.profiles import Profile, get_profile
 from tutorial_utils.articles.quoted import NETA_ARTICLE
+from tutorial_utils.checkpointing.segments import Segments
 from tutorial_utils.checkpointing.selective import SelectiveCheckpoint
+from tutorial_utils.display.tables import Column, columns_table
 from tutorial_utils.measurement.batch_search import find_max_batch_size
 from tutorial_utils.measurement.devices import default_device, hardware_line
 from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step
@@ -103,9 +106,16 @@ def add_ratios(rows: list[dict], base: dict | None = None) -> list[dict]:
 # -- real steps at the profile's sizes ------------------------------------------------------------
 
 
-def _dry_run_gflop(model: torch.nn.Module, shape: Sequence[int], segments: object = 0) -> float:
+def _counted_gflop(report: StepReport) -> float:
+    """The GFLOP a dry run counted (every dry run counts them)."""
+    if report.flops is None:
+        raise ValueError(f"no FLOPs were counted in this {report.source} step")
+    return report.flops.total / 1e9
+
+
+def _dry_run_gflop(model: torch.nn.Module, shape: Sequence[int], segments: Segments = 0) -> float:
     """GFLOP of the same step as a dry run (a meta copy: the model is left alone)."""
-    return dry_run_step(model, shape, segments).flops.total / 1e9
+    return _counted_gflop(dry_run_step(model, shape, segments))
 
 
 def run_bench(
@@ -122,16 +132,18 @@ def run_bench(
 
     article = vgg16_classifier(DOGCAT_CLASSES, layout="article")
     inputs, targets = _inputs(batch, profile.image_size, DOGCAT_CLASSES)
-    for name, model, counts in (
+    for name, sequential, counts in (
         (VGG16_ARTICLE, article, ARTICLE_SEGMENTS),
         (VGG16_FLAT, flatten_vgg16(article), FLAT_SEGMENTS),
     ):
-        records = sweep_segments(model, inputs, targets, counts, device=device, repeats=repeats)
+        records = sweep_segments(
+            sequential, inputs, targets, counts, device=device, repeats=repeats
+        )
         group = [_row(name, f"{r.segments} segments", r) for r in records]
         for row, count in zip(group, counts, strict=True):
-            row["step_gflop"] = _dry_run_gflop(model, inputs.shape, count)
+            row["step_gflop"] = _dry_run_gflop(sequential, inputs.shape, count)
         rows += add_ratios(group)
-    del article, model, records
+    del article, sequential, records
 
     inputs, targets = _inputs(batch, profile.cifar_image_size, CIFAR_CLASSES)
     neta_rows = []
@@ -180,7 +192,7 @@ def vgg16_dry_run_rows() -> tuple[list[dict], float, str]:
     targets = torch.empty(ARTICLE_BATCH, dtype=torch.long, device="meta")
     sweep = sweep_segments(flat, inputs, targets, [0, *range(2, FLAT_MODULES + 1)])
     by_count = {record.segments: record for record in sweep}
-    best = min(sweep[1:], key=lambda r: (r.peak_bytes, r.flops.total, r.segments))
+    best = min(sweep[1:], key=lambda r: (r.peak_bytes, _counted_gflop(r), r.segments))
     sqrt_n = FLAT_SEGMENTS[3]
     group = [
         _row(VGG16_FLAT, f"{k} segments (sqrt n)" if k == sqrt_n else f"{k} segments", by_count[k])
@@ -237,7 +249,7 @@ def neta_dry_run_rows() -> tuple[list[dict], dict[str, int]]:
     largest = {}
     for name, on in settings.items():
         result = find_max_batch_size(
-            lambda on=on: NetA(use_checkpoint=on, use_reentrant=False),
+            functools.partial(NetA, use_checkpoint=on, use_reentrant=False),
             (3, ARTICLE_SIDE, ARTICLE_SIDE),
             ARTICLE_CARD_BYTES,
             device="meta",
@@ -266,7 +278,7 @@ def dry_run_bench() -> DryRunBench:
 
 # -- printing -------------------------------------------------------------------------------------
 
-Columns = Sequence[tuple[str, str, str]]
+Columns = Sequence[Column]  # markdown tables (display.tables): n/a where a figure is absent here
 
 COLUMNS: Columns = (
     ("model", "model", "{}"),
@@ -310,17 +322,6 @@ PLANNER_COLUMNS: Columns = (
 )
 
 
-def format_table(rows: list[dict], columns: Columns = COLUMNS) -> str:
-    """A markdown table of bench rows; n/a where a figure is absent on this machine."""
-    header = "| " + " | ".join(title for _, title, _ in columns) + " |"
-    rule = "|" + "|".join(" --- " if fmt == "{}" else " ---: " for _, _, fmt in columns) + "|"
-    lines = [header, rule]
-    for row in rows:
-        cells = ["n/a" if row.get(key) is None else fmt.format(row[key]) for key, _, fmt in columns]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 def print_dry_run_bench(bench: DryRunBench) -> None:
     """The dry-run table with what each figure is and how long it took."""
     plain, checkpointed = (bench.neta_max_batch[k] for k in ("none", NETA_CHECKPOINTED))
@@ -330,7 +331,7 @@ def print_dry_run_bench(bench: DryRunBench) -> None:
         "(the second article); cross-entropy."
     )
     print()
-    print(format_table(bench.rows, DRY_RUN_COLUMNS))
+    print(columns_table(bench.rows, DRY_RUN_COLUMNS, "markdown"))
     print()
     print(
         "ratio to none: to the same model without checkpointing at the same batch (n/a for the "
@@ -366,12 +367,10 @@ def bench_main(
     activations, not parameters, set the peak."""
     started = time.perf_counter()
     profile = get_profile(profile_name)
-    overrides = {}
     if image_size:
-        overrides.update(image_size=image_size, cifar_image_size=image_size)
+        profile = dataclasses.replace(profile, image_size=image_size, cifar_image_size=image_size)
     if batch_size:
-        overrides.update(sweep_batch_size=batch_size)
-    profile = dataclasses.replace(profile, **overrides)
+        profile = dataclasses.replace(profile, sweep_batch_size=batch_size)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     print(f"profile: {profile.name} ({profile.description})")
     print(f"hardware: {hardware_line(device)}; {_load_average()}")
@@ -484,7 +483,7 @@ def _print_timed(
     print()
     print(title)
     print()
-    print(format_table(rows, columns))
+    print(columns_table(rows, columns, "markdown"))
     print()
     print(f"{note} Measured in {time.perf_counter() - started:.0f} s.")
 
@@ -508,7 +507,8 @@ def planner_bench_rows(profile: Profile | str | None = None) -> list[dict]:
     quick = profile.name == "ci"
     menu = strategy_menu(model, inputs, budget_fractions=(0.5,) if quick else (1 / 3, 2 / 3))
     uniform = sorted(
-        (s for s in menu if s.kind == "uniform"), key=lambda s: s.predicted.predicted_peak_bytes
+        (s for s in menu if s.kind == "uniform" and s.predicted is not None),
+        key=lambda s: s.predicted.predicted_peak_bytes if s.predicted else 0,
     )[: 1 if quick else 3]
     chosen = [menu[0], *uniform, *(s for s in menu if s.kind in ("sqrt(n)", "planned"))]
     return measure_strategies(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -14,8 +16,6 @@ from tutorial_utils.articles.models import NETA_SEGMENTS, NetA, vgg16_classifier
 from tutorial_utils.articles.profiles import Profile
 from tutorial_utils.checkpointing.segments import validate_segments
 
-EXPERIMENTS = ("vgg16-dogcat", "neta-cifar10")
-
 
 @dataclass
 class Experiment:
@@ -25,8 +25,8 @@ class Experiment:
     model: nn.Module
     loss_fn: nn.Module
     optimizer: torch.optim.Optimizer
-    train_loader: object
-    val_loader: object
+    train_loader: Iterable[Any]  # batches of (images, labels)
+    val_loader: Iterable[Any]
     segments: int
     synthetic_data: bool
     data_root: Path

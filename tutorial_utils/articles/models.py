@@ -7,16 +7,19 @@ article's module names, so state_dicts move between our code and theirs.
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 from torchvision import models
 
-VGG_LAYOUTS = ("article", "flat")
+Layout = Literal["article", "flat"]  # the article's 10 top-level modules, or 40 of them
+VGG_LAYOUTS: tuple[Layout, ...] = get_args(Layout)
 
 
-def vgg16_classifier(num_classes: int = 2, layout: str = "article") -> nn.Sequential:
+def vgg16_classifier(num_classes: int = 2, layout: Layout = "article") -> nn.Sequential:
     """VGG16 as the first article's ``nn.Sequential``.
 
     ``layout="article"``: ``list(vgg16().children())[:-1]`` + Flatten + a new classifier,

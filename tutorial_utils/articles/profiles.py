@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from tutorial_utils.articles.quoted import NETA_ARTICLE
 from tutorial_utils.units import MB
@@ -21,12 +22,14 @@ PROFILE_ENV = "TUTORIAL_PROFILE"
 STEPS_ENV = "TUTORIAL_STEPS"
 REHEARSAL_EPOCHS = 2
 
+ProfileName = Literal["ci", "cpu", "gpu", "article"]  # smallest to largest
+
 
 @dataclass(frozen=True)
 class Profile:
     """Sizes of every experiment in one place."""
 
-    name: str
+    name: ProfileName
     description: str
     image_size: int  # dog-cat / VGG16 input side, pixels
     batch_size: int  # dog-cat training batch
@@ -70,7 +73,7 @@ class Profile:
         )
 
 
-PROFILES: dict[str, Profile] = {
+PROFILES: dict[str, Profile] = {  # keyed by ProfileName; looked up by any string
     "ci": Profile(
         name="ci",
         description="tests and nbval: seconds per notebook on 2 CPU cores, tiny generated data",
@@ -154,7 +157,7 @@ PROFILES: dict[str, Profile] = {
 }
 
 
-def default_profile_name() -> str:
+def default_profile_name() -> ProfileName:
     """``gpu`` where CUDA is available (``article`` is chosen by name), ``cpu`` elsewhere."""
     import torch  # here, not at the top: the command line parses its arguments before torch loads
 

@@ -123,13 +123,13 @@ def compensate_momentum(model: nn.Module, updates: Mapping[str, int]) -> dict[st
     for name, count in updates.items():
         if count <= 1:
             continue
-        if layers[name].momentum is None:
+        momentum = layers[name].momentum
+        if momentum is None:
             raise ValueError(
                 f"{name} uses momentum=None (cumulative average): use "
                 "freeze_stats_during_recompute instead"
             )
-        layers[name].momentum = compensated_momentum(layers[name].momentum, count)
-        changed[name] = layers[name].momentum
+        changed[name] = layers[name].momentum = compensated_momentum(momentum, count)
     return changed
 
 
@@ -167,8 +167,9 @@ class _FreezeDuringRecompute:
     def after(self, module: _BatchNorm, _inputs, _output) -> None:
         if id(module) in self.momentum:
             module.momentum = self.momentum.pop(id(module))
-            with torch.no_grad():
-                module.num_batches_tracked.sub_(1)
+            if module.num_batches_tracked is not None:  # None with track_running_stats=False
+                with torch.no_grad():
+                    module.num_batches_tracked.sub_(1)
 
 
 def freeze_stats_during_recompute(model: nn.Module) -> list[RemovableHandle]:

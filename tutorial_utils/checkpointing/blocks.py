@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
@@ -33,7 +34,7 @@ def checkpointed_blocks(
     blocks = list(blocks)
     if not blocks:
         raise ValueError("no blocks to checkpoint: pass e.g. model.model.layers")
-    options = {"use_reentrant": use_reentrant}
+    options: dict[str, Any] = {"use_reentrant": use_reentrant}
     if context_fn is not None:
         options["context_fn"] = context_fn
     for block in blocks:

@@ -21,7 +21,7 @@ from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 from tutorial_utils.checkpointing.batchnorm import run_keeping_batchnorm
 
 
-def validate_segments(model: nn.Sequential, segments: int) -> int:
+def validate_segments(model: nn.Sequential, segments: object) -> int:
     """``segments`` itself when it is a valid count for ``model``, else a ``ValueError``."""
     n_modules = len(model)
     if isinstance(segments, bool) or not isinstance(segments, int):
@@ -67,14 +67,14 @@ def forward_segments(
         return segments.forward(
             model, x, use_reentrant=use_reentrant, preserve_rng_state=preserve_rng_state
         )
-    validate_segments(model, segments)
-    if segments <= 1:
+    count = validate_segments(model, segments)
+    if count <= 1:
         return model(x)
     if keep_batchnorm:
         return EqualSegments(segments).forward(model, x, use_reentrant, preserve_rng_state)
     return checkpoint_sequential(
         model,
-        segments,
+        count,
         x,
         use_reentrant=use_reentrant,
         preserve_rng_state=preserve_rng_state,

@@ -22,6 +22,7 @@ from matplotlib.legend import Legend
 from matplotlib.patches import Rectangle
 from matplotlib.text import Text
 from matplotlib.transforms import Bbox
+from numpy.typing import ArrayLike
 
 CHECK_FIGURES_ENV = "TUTORIAL_CHECK_FIGURES"  # "1": every figure shown is checked
 TOLERANCE_PX = 1.0  # overlaps or overhangs smaller than this are rendering noise, not problems
@@ -54,8 +55,8 @@ def check_figures_when_shown() -> None:
             raise UnreadableFigure(f"figure {title!r} is hard to read: " + "; ".join(problems))
         return original(self, *args, **kwargs)
 
-    print_checked_figure.checks_figures = True
-    FigureCanvasBase.print_figure = print_checked_figure
+    setattr(print_checked_figure, "checks_figures", True)  # noqa: B010 (a mark on a function)
+    setattr(FigureCanvasBase, "print_figure", print_checked_figure)  # noqa: B010 (a patch)
 
 
 def agg_renderer(figure: Figure) -> RendererBase:
@@ -71,7 +72,8 @@ def agg_renderer(figure: Figure) -> RendererBase:
 
 
 def _figure_title(figure: Figure) -> str:
-    suptitle = figure._suptitle.get_text() if figure._suptitle else ""
+    heading = getattr(figure, "_suptitle", None)  # get_suptitle() is matplotlib 3.8+
+    suptitle = heading.get_text() if heading else ""
     if suptitle:
         return suptitle.splitlines()[0]
     return next((ax.get_title() for ax in figure.axes if ax.get_title()), "untitled")
@@ -188,7 +190,7 @@ def _inside(points: np.ndarray, box: Bbox) -> np.ndarray:
     )
 
 
-def _finite(points: np.ndarray) -> np.ndarray:
+def _finite(points: ArrayLike) -> np.ndarray:
     points = np.asarray(points, dtype=float).reshape(-1, 2)
     return points[np.isfinite(points).all(axis=1)]
 
@@ -196,9 +198,10 @@ def _finite(points: np.ndarray) -> np.ndarray:
 def _data_points(ax: Axes, renderer: RendererBase) -> Iterator[tuple[str, np.ndarray, bool]]:
     """(name, display points, clipped by the axes) for every line, bar and scatter in ``ax``."""
     for line in ax.lines:
-        if line.get_visible() and len(line.get_xydata()):
+        xy = np.asarray(line.get_xydata())
+        if line.get_visible() and len(xy):
             name = f"line {line.get_label()!r}"
-            points = line.get_transform().transform(_finite(line.get_xydata()))
+            points = line.get_transform().transform(_finite(xy))
             yield name, points, line.get_clip_on()
     for patch in ax.patches:
         if patch.get_visible() and isinstance(patch, Rectangle):
@@ -218,7 +221,7 @@ def _bar_name(patch: Rectangle) -> str:
         labels += [
             c.get_label() for c in patch.axes.containers if patch in getattr(c, "patches", ())
         ]
-    label = next((label for label in labels if label and not label.startswith("_")), None)
+    label = next((str(label) for label in labels if label and not str(label).startswith("_")), None)
     return f"bar {label!r}" if label else "bar (unlabelled)"
 
 

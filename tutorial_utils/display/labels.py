@@ -9,8 +9,10 @@ name readable without hand-tuned positions.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 from matplotlib.text import Annotation
 from matplotlib.transforms import Bbox
 
@@ -24,11 +26,12 @@ CANDIDATE_OFFSETS = [
 ]
 
 
-def _alignment(dx: float, dy: float) -> dict[str, str]:
-    return {
-        "ha": "left" if dx > 0 else "right" if dx < 0 else "center",
-        "va": "bottom" if dy > 0 else "top",
-    }
+def _horizontal(dx: float) -> str:
+    return "left" if dx > 0 else "right" if dx < 0 else "center"
+
+
+def _vertical(dy: float) -> str:
+    return "bottom" if dy > 0 else "top"
 
 
 def _overlap_area(first: Bbox, second: Bbox) -> float:
@@ -42,7 +45,7 @@ def annotate_points(
     """Label each ``(x, y, text)`` at the first candidate offset where the label overlaps no
     earlier label and stays inside the axes (else where it overlaps least). Call it after the
     figure's layout is final (``tight_layout``): placement is measured in pixels."""
-    renderer = agg_renderer(ax.figure)
+    renderer = agg_renderer(cast(Figure, ax.figure))  # the notebooks' axes are on a Figure
     inside = ax.get_window_extent(renderer)
     placed: list[Bbox] = []
     labels = []
@@ -55,7 +58,8 @@ def annotate_points(
                 xytext=(dx, dy),
                 textcoords="offset points",
                 fontsize=fontsize,
-                **_alignment(dx, dy),
+                ha=_horizontal(dx),
+                va=_vertical(dy),
             )
             box = label.get_window_extent(renderer)
             outside = box.width * box.height - _overlap_area(box, inside)
@@ -68,6 +72,7 @@ def annotate_points(
                 label.remove()
             if cost == 0:
                 break
+        assert best is not None  # CANDIDATE_OFFSETS is not empty
         placed.append(best[2])
         labels.append(best[1])
     return labels

@@ -69,38 +69,6 @@ def _first_device(items: Iterable[Any]) -> Any:
     return next((getattr(item, "device", None) for item in items), None)
 
 
-def plot_memory_over_time(
-    runs: Mapping[str, Sequence[Any]], *, subtitle: str | None = None, device: Any = None
-) -> Figure:
-    """Memory against time for several runs (e.g. with and without checkpointing).
-
-    Each run is a sequence of ``MemorySample`` (``MemoryMonitor.samples`` or
-    ``timeline_samples(tracker)``); every source present is drawn: tracked bytes (solid), CUDA
-    allocated (dashed), NVML used (dotted).
-    """
-    if not runs:
-        raise ValueError("runs is empty: pass {'label': monitor.samples, ...}")
-    fig, (ax,) = _new_figure()
-    sources = (
-        ("tracked_bytes", "tracked", "-", 1 / MB),
-        ("cuda_allocated_bytes", "CUDA allocated", "--", 1 / MB),
-        ("nvml_used_mb", "NVML used", ":", 1.0),
-    )
-    for index, (label, samples) in enumerate(runs.items()):
-        color = f"C{index}"
-        for field, source, style, scale in sources:
-            points = [(s.seconds, getattr(s, field)) for s in samples]
-            points = [(t, value * scale) for t, value in points if value is not None]
-            if points:
-                times, values = zip(*points, strict=True)
-                ax.plot(times, values, style, color=color, label=f"{label}: {source}")
-    ax.set_xlabel("time since start (s)")
-    ax.set_ylabel("memory (MB)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return _finish(fig, "Memory over time", subtitle, device)
-
-
 def plot_breakdown(reports: Mapping[str, Any], *, subtitle: str | None = None) -> Figure:
     """Stacked bars of the tracked peak by category, one bar per ``StepReport``.
 

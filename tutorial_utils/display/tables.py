@@ -1,13 +1,20 @@
-"""Aligned text tables: what a notebook prints, so its cells show the experiment, not the printing.
+"""Tables: what a notebook, the bench and the GPU check print, so they show figures, not printing.
 
-Text (not HTML) because a saved notebook, a terminal and nbval's output check all read it alike.
+One renderer for both forms: aligned text (a saved notebook, a terminal and nbval's output check
+all read it alike) and markdown (the bench's output and the GPU report). Columns are
+``(key, title, format)``: a column formatted with ``"{}"`` holds names and is aligned left, any
+other holds figures and is aligned right; a missing figure shows as n/a, never as a made-up 0.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Literal
 
 from tutorial_utils.training.loop import History
+
+TableStyle = Literal["text", "markdown"]
+Column = tuple[str, str, str]  # (key in each row, title, format such as "{:.1f}")
 
 
 def text_table(
@@ -16,9 +23,7 @@ def text_table(
     """Columns as wide as their widest cell, aligned by ``align`` ('l' or 'r' per column; by
     default the first column left, numbers right). Cells are shown with ``str``: format numbers
     before passing them."""
-    align = align if align is not None else "l" + "r" * (len(header) - 1)
-    if len(align) != len(header) or set(align) - {"l", "r"}:
-        raise ValueError(f"align needs one 'l' or 'r' per column ({len(header)}), got {align!r}")
+    align = _checked_align(header, align)
     lines = [[str(cell) for cell in header]]
     for row in rows:
         cells = [str(cell) for cell in row]
@@ -33,6 +38,14 @@ def text_table(
         ).rstrip()
         for line in lines
     )
+
+
+def _checked_align(header: Sequence[str], align: str | None) -> str:
+    """``align`` (default: the first column left, the rest right), checked against ``header``."""
+    align = align if align is not None else "l" + "r" * (len(header) - 1)
+    if len(align) != len(header) or set(align) - {"l", "r"}:
+        raise ValueError(f"align needs one 'l' or 'r' per column ({len(header)}), got {align!r}")
+    return align
 
 
 def epoch_table(histories: Mapping[str, History]) -> str:
@@ -53,11 +66,50 @@ def epoch_table(histories: Mapping[str, History]) -> str:
     return text_table(header, rows)
 
 
-def columns_table(rows: Sequence[Mapping[str, object]], columns: Sequence[tuple]) -> str:
-    """Dict rows as a `text_table`: ``columns`` are ``(key, title, format)``; a missing or None
-    value shows as n/a (nothing to show, never a 0)."""
-    cells = [
-        ["n/a" if row.get(key) is None else fmt.format(row[key]) for key, _, fmt in columns]
-        for row in rows
+def markdown_table(
+    header: Sequence[str], rows: Iterable[Sequence[object]], align: str | None = None
+) -> str:
+    """A markdown table; ``align`` as for `text_table`. A cell's ``|`` and line breaks are
+    escaped, so a message in a cell cannot break its row."""
+    align = _checked_align(header, align)
+    lines = [
+        _markdown_row(header),
+        _markdown_row("---" if side == "l" else "---:" for side in align),
     ]
-    return text_table([title for _, title, _ in columns], cells)
+    for row in rows:
+        cells = [str(cell) for cell in row]
+        if len(cells) != len(header):
+            raise ValueError(f"a row has {len(cells)} cells for {len(header)} columns: {cells}")
+        lines.append(_markdown_row(cells))
+    return "\n".join(lines)
+
+
+def markdown_cell(text: object) -> str:
+    """``text`` safe inside a markdown table cell: ``|`` escaped, line breaks as spaces."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _markdown_row(cells: Iterable[object]) -> str:
+    return "| " + " | ".join(markdown_cell(cell) for cell in cells) + " |"
+
+
+def cell_text(value: object, fmt: str = "{}") -> str:
+    """A value as a table shows it: n/a where absent (never a 0), yes/no for a flag."""
+    if value is None:
+        return "n/a"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return fmt.format(value)
+
+
+def columns_table(
+    rows: Sequence[Mapping[str, object]], columns: Sequence[Column], style: TableStyle = "text"
+) -> str:
+    """Dict rows as a table: ``columns`` are ``(key, title, format)``, names (format ``"{}"``)
+    aligned left and figures right; a missing or None value shows as n/a."""
+    header = [title for _, title, _ in columns]
+    align = "".join("l" if fmt == "{}" else "r" for _, _, fmt in columns)
+    cells = [[cell_text(row.get(key), fmt) for key, _, fmt in columns] for row in rows]
+    if style == "markdown":
+        return markdown_table(header, cells, align)
+    return text_table(header, cells, align)

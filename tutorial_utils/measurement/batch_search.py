@@ -9,16 +9,22 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal, get_args
 
 import torch
 import torch.nn as nn
 
+from tutorial_utils.checkpointing.segments import Segments
 from tutorial_utils.measurement.devices import default_device
 from tutorial_utils.measurement.dry_run import build_on_meta
 from tutorial_utils.measurement.nvml import cuda_unavailable_reason
 from tutorial_utils.measurement.step import OptimizerFactory, adam_optimizer, measure_step
 from tutorial_utils.measurement.tracker import MemoryLimitExceeded
+from tutorial_utils.units import MB
+
+# "tracked": the tracked peak against the budget, any device; "cuda": a real step under a capped
+# CUDA allocator, where running out of memory is the answer
+SearchMode = Literal["tracked", "cuda"]
 
 
 @dataclass
@@ -35,27 +41,29 @@ class BatchTrial:
 
 @dataclass
 class MaxBatchResult:
-    """The largest batch size that fits ``budget_bytes`` (0 if none) and every trial."""
+    """The largest batch size that fits ``budget_bytes`` and every trial."""
 
     batch_size: int
     trials: list[BatchTrial]
     budget_bytes: int
-    segments: Any = 0
-    mode: str = "tracked"
+    segments: Segments = 0
+    mode: SearchMode = "tracked"
     device: str = "cpu"
 
     def fitting(self) -> list[BatchTrial]:
         return [trial for trial in self.trials if trial.fits]
 
 
-def _validate_search(sample_shape, budget_bytes, mode, max_batch) -> None:
+def _validate_search(
+    sample_shape: Sequence[int], budget_bytes: int, mode: str, max_batch: int
+) -> None:
     if budget_bytes <= 0:
         raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
     if len(sample_shape) == 0 or any(int(side) <= 0 for side in sample_shape):
         raise ValueError(
             f"sample_shape must be non-empty and positive, e.g. (3, 32, 32); got {sample_shape}"
         )
-    if mode not in ("tracked", "cuda"):
+    if mode not in get_args(SearchMode):
         raise ValueError(f"mode must be 'tracked' or 'cuda', got {mode!r}")
     if max_batch < 1:
         raise ValueError(f"max_batch must be at least 1, got {max_batch}")
@@ -105,11 +113,11 @@ def find_max_batch_size(
     make_model: Callable[[], nn.Module],
     sample_shape: Sequence[int],
     budget_bytes: int,
-    segments: Any = 0,
+    segments: Segments = 0,
     *,
     num_classes: int = 10,
     device: torch.device | str | None = None,
-    mode: str = "tracked",
+    mode: SearchMode = "tracked",
     max_batch: int = 256,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     optimizer_factory: OptimizerFactory | None = None,
@@ -126,7 +134,8 @@ def find_max_batch_size(
     out-of-memory error as "does not fit", frees everything and goes on; the fraction is restored
     afterwards. The limit covers everything the process has allocated, other live tensors included.
     ``device="meta"`` makes every trial a dry run (model and batch built on the meta device): the
-    tracked search at any size in well under a second per trial, on any machine.
+    tracked search at any size in well under a second per trial, on any machine. A budget that
+    not even one sample fits is a ``ValueError`` saying so.
     """
     _validate_search(sample_shape, budget_bytes, mode, max_batch)
     device = torch.device(device) if device is not None else default_device()
@@ -187,7 +196,22 @@ def find_max_batch_size(
         best = _search_on_small_card(try_batch, max_batch, budget_bytes, device)
     else:
         best = largest_fitting(try_batch, max_batch)
+    if best == 0:
+        raise ValueError(_no_batch_fits(trials, budget_bytes))
     return MaxBatchResult(best, trials, budget_bytes, segments, mode, str(device))
+
+
+def _no_batch_fits(trials: Sequence[BatchTrial], budget_bytes: int) -> str:
+    """One line: not even one sample fits, by how much, and what to do."""
+    single = next(trial for trial in trials if trial.batch_size == 1)  # the search's last try
+    if single.peak_bytes is None:  # mode "cuda": out of memory under the cap
+        needs = "ran out of memory under the cap"
+    else:  # stopped as soon as it went over: a lower bound
+        needs = f"needs more than {single.peak_bytes / MB:,.1f} MiB"
+    return (
+        f"not even batch 1 fits the budget of {budget_bytes / MB:,.1f} MiB (its step {needs}): "
+        "raise the budget, checkpoint more of the model, or use smaller samples"
+    )
 
 
 def _search_on_small_card(

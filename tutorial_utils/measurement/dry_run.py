@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.nn as nn
 
+from tutorial_utils.checkpointing.segments import Segments
 from tutorial_utils.measurement.step import (
     OptimizerFactory,
     StepReport,
@@ -26,8 +27,10 @@ from tutorial_utils.measurement.torch_support import require_tested_torch
 
 require_tested_torch()  # before any internal API below is reached
 
+ModuleT = TypeVar("ModuleT", bound=nn.Module)  # a copy is of the original's type
 
-def meta_copy(module: nn.Module) -> nn.Module:
+
+def meta_copy(module: ModuleT) -> ModuleT:
     """An independent copy of ``module`` whose parameters and buffers are on the meta device.
 
     Nothing is copied but shapes: ``deepcopy`` is handed a meta twin of each tensor in advance.
@@ -42,13 +45,33 @@ def meta_copy(module: nn.Module) -> nn.Module:
     return copy.deepcopy(module, twins)
 
 
-def on_meta(model: nn.Module) -> nn.Module:
+def on_meta(model: ModuleT) -> ModuleT:
     """``model`` itself when every parameter and buffer is on the meta device, else a meta copy."""
     tensors = [*model.parameters(), *model.buffers()]
     return model if all(t.device.type == "meta" for t in tensors) else meta_copy(model)
 
 
-def build_on_meta(make_model: Callable[[], nn.Module]) -> nn.Module:
+def model_for_sample(model: ModuleT, sample: torch.Tensor) -> ModuleT:
+    """``model`` ready to run on ``sample``: a meta copy for a meta sample (a dry run; the model is
+    left alone), the model itself where both are on one device, else a one-line ``ValueError``
+    saying what to do."""
+    if sample.device.type == "meta":
+        return on_meta(model)
+    devices = {tensor.device for tensor in [*model.parameters(), *model.buffers()]}
+    if not devices or devices == {sample.device}:
+        return model
+    where = ", ".join(sorted(str(device) for device in devices))
+    if any(device.type == "meta" for device in devices):
+        hint = (
+            f"for a dry run pass a meta sample (torch.empty({tuple(sample.shape)}, "
+            f"device='meta')); for a real step build the model on {sample.device}"
+        )
+    else:
+        hint = f"move one to the other, e.g. model.to({str(sample.device)!r})"
+    raise ValueError(f"the model is on {where} and the sample on {sample.device}: {hint}")
+
+
+def build_on_meta(make_model: Callable[[], ModuleT]) -> ModuleT:
     """``make_model()`` with every tensor created on the meta device (nothing is initialised)."""
     with torch.device("meta"):
         return make_model()
@@ -57,7 +80,7 @@ def build_on_meta(make_model: Callable[[], nn.Module]) -> nn.Module:
 def dry_run_step(
     model: nn.Module,
     input_shape: Sequence[int],
-    segments: Any = 0,
+    segments: Segments = 0,
     *,
     optimizer_factory: OptimizerFactory | None = None,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,

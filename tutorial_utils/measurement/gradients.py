@@ -33,7 +33,8 @@ def parameter_gradients(
     seed: int = 0,
     preserve_rng_state: bool = True,
 ) -> list[torch.Tensor]:
-    """Parameter gradients of ``output.sum()`` in train mode (Dropout active), seeded first."""
+    """Parameter gradients of ``output.sum()`` in train mode (Dropout active), seeded first
+    (parameters left without a gradient, frozen or unused, are left out)."""
     model.train()
     model.zero_grad(set_to_none=True)
     torch.manual_seed(seed)
@@ -41,7 +42,7 @@ def parameter_gradients(
         model, inputs, segments, use_reentrant=False, preserve_rng_state=preserve_rng_state
     )
     output.sum().backward()
-    grads = [p.grad.detach().clone() for p in model.parameters()]
+    grads = [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]
     model.zero_grad(set_to_none=True)
     return grads
 

@@ -15,7 +15,11 @@ Two things differ on the meta device unless they are dealt with:
   ``unpacked_batches_on_meta`` gives that answer for meta tensors and asks the real check for all
   others. A padding ``attention_mask`` is checked by value too; dry runs pass none (no padding).
 
-``dry_run_context`` enters both; ``measure_step`` enters it for every step on the meta device.
+Code that reads values for its own decisions (``if h.mean().item() > 0``, ``.tolist()``,
+``torch.nonzero``) cannot be followed at all: ``values_explained`` turns PyTorch's error about it
+into one line that says so and what to do instead (a real step at a size the machine can run).
+
+``dry_run_context`` enters all three; ``measure_step`` enters it for every step on the meta device.
 """
 
 from __future__ import annotations
@@ -23,12 +27,13 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch.nn.attention import SDPBackend
 from torch.utils._python_dispatch import _disable_current_modes
 
-FLASH = int(SDPBackend.FLASH_ATTENTION)
+FLASH = SDPBackend.FLASH_ATTENTION.value
 
 
 def _stand_in(tensor: torch.Tensor | None) -> torch.Tensor | None:
@@ -92,7 +97,7 @@ def cpu_attention_on_meta() -> Iterator[None]:
 @contextlib.contextmanager
 def unpacked_batches_on_meta() -> Iterator[None]:
     """``transformers``' packed-sequence check answers "not packed" for meta position ids."""
-    masking = sys.modules.get("transformers.masking_utils")
+    masking: Any = sys.modules.get("transformers.masking_utils")  # patched: typed loosely
     if masking is None:  # transformers not imported: nothing to answer for
         yield
         return
@@ -108,8 +113,38 @@ def unpacked_batches_on_meta() -> Iterator[None]:
         masking.find_packed_sequence_indices = original
 
 
+class DryRunCannotFollow(RuntimeError):
+    """A dry run met code that reads tensor values, which meta tensors do not have."""
+
+
+# the start of what PyTorch says when code asks a meta tensor for its values
+READS_VALUES = (
+    "Tensor.item() cannot be called on meta tensors",  # .item(), bool(), int(), float(), if
+    "Cannot copy out of meta tensor",  # .tolist(), .cpu(), .numpy()
+    "can't convert meta device type tensor",
+    "a correct data-independent implementation does not exist",  # nonzero, boolean masks
+)
+
+
+@contextlib.contextmanager
+def values_explained() -> Iterator[None]:
+    """Inside it, code that reads a meta tensor's values fails with ``DryRunCannotFollow``: one
+    line saying a dry run cannot follow it and what to do instead."""
+    try:
+        yield
+    except (RuntimeError, NotImplementedError, TypeError) as error:
+        if not any(text in str(error) for text in READS_VALUES):
+            raise
+        said = str(error).strip().splitlines()[0].split(". ")[0]  # its first sentence
+        raise DryRunCannotFollow(
+            f"a dry run cannot follow code that reads tensor values (PyTorch: {said}); measure a "
+            "real step instead: measure_step on cpu or cuda at a batch size this machine can run"
+        ) from error
+
+
 @contextlib.contextmanager
 def dry_run_context() -> Iterator[None]:
-    """Both of the above: a meta step of a transformer takes a CPU step's path."""
-    with unpacked_batches_on_meta(), cpu_attention_on_meta():
+    """All of the above: a meta step of a transformer takes a CPU step's path, and a model that
+    reads values says why a dry run cannot follow it."""
+    with values_explained(), unpacked_batches_on_meta(), cpu_attention_on_meta():
         yield

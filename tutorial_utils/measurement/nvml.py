@@ -19,7 +19,7 @@ and labelled as MPS readings: ``torch.mps.current_allocated_memory`` (bytes in l
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -45,10 +45,6 @@ class CudaMemoryFigures(NamedTuple):
     peak_reserved: int | None
     reason: str | None = None
 
-    @property
-    def peak_allocated_mb(self) -> float | None:
-        return None if self.peak_allocated is None else self.peak_allocated / MB
-
 
 class MpsMemoryFigures(NamedTuple):
     """Apple's GPU memory in bytes after a step (``MPS_LABEL``), or None and why."""
@@ -59,7 +55,7 @@ class MpsMemoryFigures(NamedTuple):
 
 
 @functools.lru_cache(maxsize=1)
-def _nvml() -> tuple[object | None, str | None]:
+def _nvml() -> tuple[Any, str | None]:  # pynvml has no type hints
     """The initialised ``pynvml`` module once per process, or None and the reason it is absent."""
     try:
         import pynvml

@@ -14,18 +14,21 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Literal, get_args
 
 import torch
 
-PHASES = ("forward", "backward", "recompute", "optimizer")
+Phase = Literal["forward", "backward", "recompute", "optimizer"]
+DeclaredPhase = Literal["forward", "backward", "optimizer"]  # recompute is detected, not declared
+PHASES: tuple[Phase, ...] = get_args(Phase)
 
-_declared = threading.local()
+_declared = threading.local()  # .phase: the DeclaredPhase of this thread, None outside any
 
 
 @contextmanager
-def step_phase(name: str) -> Iterator[None]:
+def step_phase(name: DeclaredPhase) -> Iterator[None]:
     """Declare the phase of the code inside the block (forward, backward or optimizer)."""
-    if name not in ("forward", "backward", "optimizer"):
+    if name not in get_args(DeclaredPhase):
         raise ValueError(f"a declared phase is forward, backward or optimizer, got {name!r}")
     previous = getattr(_declared, "phase", None)
     _declared.phase = name
@@ -41,7 +44,7 @@ def _in_backward() -> bool:
     return torch._C._current_graph_task_id() != -1
 
 
-def current_phase() -> str:
+def current_phase() -> Phase:
     """The phase of the op running now (one of ``PHASES``)."""
     if _in_backward():  # also true in autograd's worker threads, where nothing is declared
         return "recompute" if torch.is_grad_enabled() else "backward"

@@ -2,14 +2,13 @@
 
 ``measure_step`` runs forward, backward and an optimizer step under the ``TensorMemoryTracker``
 (tracked peak, any device) and, on CUDA, reads the allocator's peaks and NVML beside it (on
-Apple's GPU, torch.mps's two readings after the step).
-``find_max_batch_size`` is the second article's "largest batch on a small card" as a search, and
-``sweep_segments`` measures one model at several checkpoint segment counts. ``MemoryMonitor``
-samples memory in a background thread for memory-over-time plots.
+Apple's GPU, torch.mps's two readings after the step). ``sweep_segments`` measures one model at
+several checkpoint segment counts, timed in turns. (The batch search built on ``measure_step`` is
+``batch_search.find_max_batch_size``; dry runs of any model, ``dry_run.dry_run_step``.)
 
-All of them accept the ``meta`` device: a model and inputs there make a **dry run**, the same step
-with shapes and no data, whose tensor bytes are exact (``tests/test_dry_run.py`` proves them equal
-to a real step's) and whose time does not exist: ``seconds`` is None and FLOPs stand in for it.
+Both accept the ``meta`` device: a model and inputs there make a **dry run**, the same step with
+shapes and no data, whose tensor bytes are exact (``tests/test_dry_run.py`` proves them equal to a
+real step's) and whose time does not exist: ``seconds`` is None and FLOPs stand in for it.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from tutorial_utils.checkpointing.segments import forward_segments
+from tutorial_utils.checkpointing.segments import Segments, forward_segments
 from tutorial_utils.measurement.autocast import EmulatedAutocast, forward_autocast, step_kernels
 from tutorial_utils.measurement.devices import synchronize
 from tutorial_utils.measurement.flops import StepFlopCounter, StepFlops
@@ -64,7 +63,7 @@ class StepReport:
     cuda_peak_allocated: int | None
     cuda_peak_reserved: int | None
     nvml_used_mb: float | None
-    segments: Any  # as passed to forward_segments (an int, or whatever it accepts)
+    segments: Segments  # as passed to forward_segments: a count, or a strategy
     batch_size: int
     device: str
     baseline_bytes: int = (
@@ -176,7 +175,21 @@ def _model_device(model: nn.Module) -> torch.device:
     return parameter.device if parameter is not None else torch.device("cpu")
 
 
-def _check_segments(model: nn.Module, segments: Any) -> None:
+def _step_device(
+    model: nn.Module, inputs: torch.Tensor, device: torch.device | str | None
+) -> torch.device:
+    """Where the step runs: ``device``, else the model's; meta inputs need a model there too."""
+    device = torch.device(device) if device is not None else _model_device(model)
+    if inputs.device.type == "meta" and device.type != "meta":
+        raise ValueError(
+            f"the inputs are on the meta device (shapes, no values) and the model on {device}: for "
+            f"a dry run call dry_run_step(model, {tuple(inputs.shape)}), which runs a meta copy "
+            f"and leaves your model alone; for a real step pass inputs on {device}"
+        )
+    return device
+
+
+def _check_segments(model: nn.Module, segments: Segments) -> None:
     """Only an ``nn.Sequential`` is split by ``forward_segments``; other modules need 0."""
     if not isinstance(model, nn.Sequential) and not (isinstance(segments, int) and segments == 0):
         raise ValueError(
@@ -185,7 +198,7 @@ def _check_segments(model: nn.Module, segments: Any) -> None:
         )
 
 
-def _forward(model: nn.Module, inputs: torch.Tensor, segments: Any) -> torch.Tensor:
+def _forward(model: nn.Module, inputs: torch.Tensor, segments: Segments) -> torch.Tensor:
     """``forward_segments`` for a Sequential; a plain call for modules that checkpoint themselves."""
     if isinstance(model, nn.Sequential):
         return forward_segments(model, inputs, segments)
@@ -220,7 +233,7 @@ def measure_step(
     model: nn.Module,
     inputs: torch.Tensor,
     targets: torch.Tensor,
-    segments: Any = 0,
+    segments: Segments = 0,
     optimizer: torch.optim.Optimizer | None = None,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     device: torch.device | str | None = None,
@@ -262,7 +275,7 @@ def measure_step(
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
     _check_segments(model, segments)
-    device = torch.device(device) if device is not None else _model_device(model)
+    device = _step_device(model, inputs, device)
     dry_run = device.type == "meta"
     count_flops = dry_run if count_flops is None else count_flops
     model.to(device).train()
@@ -358,7 +371,7 @@ def _time_counts_in_turns(
     model: nn.Sequential,
     inputs: torch.Tensor,
     targets: torch.Tensor,
-    counts: list[Any],
+    counts: list[Segments],
     optimizers: list[torch.optim.Optimizer],
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None,
     device: torch.device,
@@ -369,7 +382,7 @@ def _time_counts_in_turns(
     model.to(device).train()
     inputs, targets = inputs.to(device), targets.to(device)
     loss_fn = loss_fn if loss_fn is not None else nn.CrossEntropyLoss()
-    steps = {}
+    steps: dict[int, Callable[[], None]] = {}
     for index, (segments, optimizer) in enumerate(zip(counts, optimizers, strict=True)):
         _check_segments(model, segments)
         steps[index] = functools.partial(
@@ -383,7 +396,7 @@ def sweep_segments(
     model: nn.Sequential,
     inputs: torch.Tensor,
     targets: torch.Tensor,
-    segment_counts: Iterable[int],
+    segment_counts: Iterable[Segments],
     *,
     optimizer_factory: OptimizerFactory | None = None,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
@@ -403,8 +416,8 @@ def sweep_segments(
     if not counts:
         raise ValueError("segment_counts is empty: pass e.g. [0, 2, 4]")
     factory = optimizer_factory if optimizer_factory is not None else default_optimizer
+    device = _step_device(model, inputs, device)
     optimizers = [factory(model.parameters()) for _ in counts]
-    device = torch.device(device) if device is not None else _model_device(model)
     timings = (
         {}
         if device.type == "meta"

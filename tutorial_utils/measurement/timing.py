@@ -10,9 +10,12 @@ of the machine lands on all of them instead of on whichever ran during it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import median
+from typing import TypeVar
+
+Key = TypeVar("Key", bound=Hashable)  # what names the works timed in turns: a label, a count
 
 
 @dataclass(frozen=True)
@@ -81,17 +84,17 @@ def time_repeats(
 
 
 def time_interleaved(
-    works: Mapping[str, Callable[[], object]],
+    works: Mapping[Key, Callable[[], object]],
     repeats: int,
     synchronize: Callable[[], None] = lambda: None,
-    setups: Mapping[str, Callable[[], object]] | None = None,
-) -> dict[str, Timing]:
+    setups: Mapping[Key, Callable[[], object]] | None = None,
+) -> dict[Key, Timing]:
     """Time each of ``works`` ``repeats`` times, in turns (a, b, c, a, b, c, ...); ``setups``
     of the same name run untimed before each of its turns (switching a shared model to it)."""
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
     setups = setups or {}
-    durations: dict[str, list[float]] = {name: [] for name in works}
+    durations: dict[Key, list[float]] = {name: [] for name in works}
     for _ in range(repeats):
         for name, work in works.items():
             if name in setups:

@@ -18,28 +18,34 @@ here; ``scripts/gpu_check.py`` measures the difference.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 import time
 import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 import torch
 import torch.nn as nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from tutorial_utils.measurement.phases import current_phase
+from tutorial_utils.measurement.phases import Phase, current_phase
 from tutorial_utils.units import MB
 
 try:
     from torch.distributed.tensor import DTensor
-except ImportError:  # a torch built without distributed support has no sharded tensors
-    DTensor = ()
 
-CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations")
+    SHARDED: tuple[type, ...] = (DTensor,)
+except ImportError:  # a torch built without distributed support has no sharded tensors
+    SHARDED = ()
+
+Category = Literal["parameters", "gradients", "optimizer_state", "activations"]
+CATEGORIES: tuple[Category, ...] = get_args(Category)
+# how a followed storage counts: model or optimizer state at entry, a gradient, or neither
+StorageKind = Literal["state", "grad", ""]
 
 # The CUDA caching allocator hands out blocks in multiples of 512 bytes, and
 # ``max_memory_allocated`` counts those block sizes.
@@ -52,7 +58,7 @@ class TimelineEvent(NamedTuple):
     seconds: float  # since the tracker was entered (no meaning in a dry run)
     current_bytes: int
     op: str
-    phase: str = "forward"  # one of phases.PHASES
+    phase: Phase = "forward"
 
 
 @dataclass
@@ -61,7 +67,7 @@ class _Storage:
     nbytes: int
     ref: weakref.ref
     born: int  # index into the tracker's per-op log at registration
-    kind: str = ""  # "state" (parameters, buffers, optimizer state at entry), "grad" or ""
+    kind: StorageKind = ""
 
 
 def storage_bytes(storage: torch.UntypedStorage, round_to_blocks: bool = False) -> int:
@@ -79,10 +85,11 @@ def _storage_of(value: object) -> torch.UntypedStorage | None:
     no data); None for non-tensors and storage-less tensors."""
     if not isinstance(value, torch.Tensor) or value.is_sparse:
         return None
-    if isinstance(value, DTensor):  # sharded (FSDP2): this rank holds only its local shard
-        value = value._local_tensor
+    tensor: torch.Tensor = value
+    if isinstance(value, SHARDED):  # sharded (FSDP2): this rank holds only its local shard
+        tensor = value._local_tensor  # type: ignore[attr-defined]  # DTensor's, untyped
     try:
-        return value.untyped_storage()
+        return tensor.untyped_storage()
     except (RuntimeError, NotImplementedError):  # tensor subclasses without a real storage
         return None
 
@@ -207,13 +214,14 @@ class TensorMemoryTracker(TorchDispatchMode):
             nbytes = storage_bytes(storage, self.round_to_blocks)
             if nbytes == 0:
                 return None
-            ref = weakref.ref(storage, lambda _ref, key=key: self._on_free(key))
+            ref = weakref.ref(storage, functools.partial(self._on_free, key))
             entry = _Storage(next(self._serials), nbytes, ref, born=len(self._others_log))
             self._live[key] = entry
             self.current_bytes += nbytes
             return entry.serial
 
-    def _on_free(self, key: int) -> None:
+    def _on_free(self, key: int, _ref: object = None) -> None:
+        """A followed storage was freed (the callback of its weakref)."""
         with self._lock:
             entry = self._live.pop(key, None)
             if entry is None or not self._active:
@@ -271,7 +279,7 @@ class TensorMemoryTracker(TorchDispatchMode):
         with self._lock:
             self._tag_grads([parameter.grad])
 
-    def _after_op(self, phase: str = "forward") -> None:
+    def _after_op(self, phase: Phase = "forward") -> None:
         self._others_log.append(self.current_bytes - self._state_bytes)
         if self.current_bytes > self.phase_peak_bytes.get(phase, -1):
             self.phase_peak_bytes[phase] = self.current_bytes
@@ -354,7 +362,7 @@ class TensorMemoryTracker(TorchDispatchMode):
         self._check_limit()
         return out
 
-    def _category_of(self) -> dict[str, set[int]]:
+    def _category_of(self) -> dict[Category, set[int]]:
         """Serials by category, known only at exit (gradients and lazy optimizer state)."""
         optimizer_serials = self._optimizer_serials | {
             entry.serial for entry in self._live_entries(optimizer_state_tensors(self.optimizer))
@@ -365,7 +373,7 @@ class TensorMemoryTracker(TorchDispatchMode):
             "optimizer_state": optimizer_serials - self._parameter_serials - self._grad_serials,
         }
 
-    def _classify(self, serial: int, known: dict[str, set[int]]) -> str:
+    def _classify(self, serial: int, known: dict[Category, set[int]]) -> Category:
         for category, serials in known.items():
             if serial in serials:
                 return category
@@ -373,7 +381,7 @@ class TensorMemoryTracker(TorchDispatchMode):
 
     def _classify_peak(self) -> None:
         known = self._category_of()
-        breakdown = dict.fromkeys(CATEGORIES, 0)
+        breakdown: dict[str, int] = {category: 0 for category in CATEGORIES}
         for serial, nbytes in self._live_at_peak.items():
             breakdown[self._classify(serial, known)] += nbytes
         self.breakdown_at_peak = breakdown
@@ -390,7 +398,7 @@ class TensorMemoryTracker(TorchDispatchMode):
             column = change[self._classify(serial, known)]
             column[born] += nbytes
             column[freed] -= nbytes
-        running = dict.fromkeys(CATEGORIES, 0)
+        running: dict[str, int] = {category: 0 for category in CATEGORIES}
         per_step = []
         for step in range(steps):
             for category in CATEGORIES:

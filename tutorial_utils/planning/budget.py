@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 
 from tutorial_utils.checkpointing.segments import forward_segments
-from tutorial_utils.measurement.dry_run import on_meta
+from tutorial_utils.measurement.dry_run import model_for_sample, on_meta
 from tutorial_utils.measurement.tracker import TensorMemoryTracker
 from tutorial_utils.planning.nested import NestedPlan, nested_from_profile
 from tutorial_utils.planning.planner import Plan, plan_from_profile
@@ -97,7 +97,9 @@ def plan_checkpoints(
     among equals. Either way the returned plan carries its measured peak beside the prediction.
     Budgets count what the prediction counts: optimizer state comes on top. ``nested=True``
     searches schedules that may recompute a module several times (``planning.nested``).
+    A meta sample dry-runs a meta copy of a model that lives elsewhere.
     """
+    model = model_for_sample(model, sample_input)
     profile = profile_sequential(model, sample_input)
     planner = nested_from_profile if nested else plan_from_profile
     return plan_within(model, sample_input, profile, budget_bytes, planner)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 import torch.distributed as dist
@@ -28,6 +28,9 @@ import torch.multiprocessing as mp
 LOOPBACK = "127.0.0.1"
 POLL_INTERVAL_S = 0.05
 JOIN_TIMEOUT_S = 5.0
+
+DeviceType = Literal["cpu", "cuda"]  # where ranks run
+Backend = Literal["gloo", "nccl"]  # how they talk: gloo on CPUs, NCCL on GPUs
 
 
 class DistributedRunError(RuntimeError):
@@ -47,10 +50,6 @@ class RankContext:
     world_size: int
     device: torch.device
 
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
 
 def free_loopback_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now (the OS picks it)."""
@@ -59,21 +58,21 @@ def free_loopback_port() -> int:
         return sock.getsockname()[1]
 
 
-def default_world_size(device_type: str) -> int:
+def default_world_size(device_type: DeviceType) -> int:
     """All visible GPUs on CUDA; two processes on CPU (enough to shard, cheap on 2 cores)."""
     if device_type == "cuda":
         return torch.cuda.device_count()
     return 2
 
 
-def default_device_type() -> str:
+def default_device_type() -> DeviceType:
     """``cuda`` where a GPU is visible, else ``cpu``."""
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def backend_for(device_type: str) -> str:
+def backend_for(device_type: str) -> Backend:
     """NCCL for GPUs, gloo for CPUs."""
-    if device_type not in ("cpu", "cuda"):
+    if device_type not in get_args(DeviceType):
         raise ValueError(f"device_type must be 'cpu' or 'cuda', got {device_type!r}")
     return "nccl" if device_type == "cuda" else "gloo"
 
@@ -95,7 +94,7 @@ def launch(
     fn: Callable[..., Any],
     *args: Any,
     world_size: int | None = None,
-    device_type: str | None = None,
+    device_type: DeviceType | None = None,
     timeout_s: float = 300.0,
 ) -> list[Any]:
     """``[fn(RankContext(rank, ...), *args) for each rank]``, each call in its own process.
@@ -140,8 +139,8 @@ def _rank_main(
     args: tuple,
     rank: int,
     world_size: int,
-    device_type: str,
-    backend: str,
+    device_type: DeviceType,
+    backend: Backend,
     port: int,
     results_dir: Path,
 ) -> None:

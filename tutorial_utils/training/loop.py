@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 from tqdm.std import tqdm
 
-from tutorial_utils.checkpointing.segments import forward_segments
+from tutorial_utils.checkpointing.segments import Segments, forward_segments
 from tutorial_utils.measurement.devices import resolve_device
 from tutorial_utils.measurement.nvml import nvml_used_mb
 from tutorial_utils.measurement.tracker import TensorMemoryTracker
@@ -76,10 +76,10 @@ class History:
         return [asdict(record) for record in self.records]
 
 
-def model_forward(model: nn.Module, x: torch.Tensor, segments) -> torch.Tensor:
+def model_forward(model: nn.Module, x: torch.Tensor, segments: Segments | None) -> torch.Tensor:
     """Forward with ``segments`` for an ``nn.Sequential``; other models checkpoint themselves."""
     if isinstance(model, nn.Sequential):
-        return forward_segments(model, x, segments)
+        return forward_segments(model, x, 0 if segments is None else segments)
     if segments not in (0, None):
         raise ValueError(
             f"segments={segments!r} needs an nn.Sequential; {type(model).__name__} "
@@ -116,9 +116,6 @@ def test_model(
     if seen == 0:
         raise ValueError("the evaluation loader yielded no samples: check the dataset folder")
     return 100.0 * correct / seen, loss_sum / seen
-
-
-test_model.__test__ = False  # the article's name; not a pytest test where it is imported
 
 
 def atomic_save(obj, path: Path) -> None:
@@ -251,7 +248,7 @@ def train_model(
     train_loader: Iterable,
     val_loader: Iterable,
     epochs: int = 10,
-    segments=0,
+    segments: Segments = 0,
     device: torch.device | str | None = None,
     checkpoint_dir: str | Path | None = None,
     progress: bool = True,
