@@ -444,6 +444,7 @@ def estimate_bench(model: str = "hf:llama-3.1-8b", size: int = 4096) -> Estimate
     search_largest(result)
     search_cpu = time.process_time() - cpu
     measured = sum(1 for row in result.rows if row.report is not None)
+    assert result.seconds is not None and result.search_seconds is not None  # both just timed
     return EstimateBench(
         estimate_table(result),
         build_seconds,

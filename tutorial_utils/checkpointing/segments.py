@@ -71,7 +71,7 @@ def forward_segments(
     if count <= 1:
         return model(x)
     if keep_batchnorm:
-        return EqualSegments(segments).forward(model, x, use_reentrant, preserve_rng_state)
+        return EqualSegments(count).forward(model, x, use_reentrant, preserve_rng_state)
     return checkpoint_sequential(
         model,
         count,

@@ -15,6 +15,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import torch
 import torch.nn as nn
@@ -160,7 +161,7 @@ def batch_for(
     b, s = workload.batch, workload.size
     generator = torch.Generator().manual_seed(0)
     if workload.is_language_model:
-        vocab = model.config.vocab_size
+        vocab = cast(Any, model).config.vocab_size
         if device == "meta":
             ids = torch.empty(b, s, dtype=torch.long, device="meta")
         else:
@@ -259,16 +260,24 @@ def estimate(
     for strategy in strategies:
         if strategy.gpu_only:
             result.rows.append(StrategyEstimate(strategy, None))
-        elif isinstance(outcomes[strategy], str):  # why it could not run
-            result.rows.append(StrategyEstimate(strategy, None, error=outcomes[strategy]))
+            continue
+        outcome = outcomes[strategy]
+        if isinstance(outcome, str):  # why it could not run
+            result.rows.append(StrategyEstimate(strategy, None, error=outcome))
         else:
-            report = outcomes[strategy]
+            report = outcome
             fits = report.peak_bytes <= card.budget_bytes
             result.rows.append(StrategyEstimate(strategy, report, fits=fits))
     measured = [row for row in result.rows if row.report is not None]
     base = next((row for row in measured if row.strategy.kind == "none"), None)
     for row in measured:
-        if base is not None and row.report.flops and base.report.flops:
+        if (
+            base is not None
+            and row.report
+            and base.report
+            and row.report.flops
+            and base.report.flops
+        ):
             row.flops_ratio = row.report.flops.total / base.report.flops.total
     result.seconds = time.perf_counter() - started
     if search:
@@ -289,6 +298,7 @@ def _outcome(model: nn.Module, workload: Workload, strategy: Strategy) -> StepRe
 
 
 def _forked_outcome(strategy: Strategy) -> StepReport | str:
+    assert _FORKED is not None, "set by the parent before it forks"
     model, workload = _FORKED
     return _outcome(model, workload, strategy)
 
@@ -321,6 +331,7 @@ def search_largest(
 ) -> Estimate:
     """Fill in each measured strategy's largest size that fits the card (``largest_fit``)."""
     started = time.perf_counter()
+    assert result.model is not None, "estimate() keeps the model it dry-ran"
     for row in result.rows:
         if row.report is not None:
             row.largest, row.trials = largest_fit(
@@ -354,9 +365,10 @@ def largest_fit(
 
     lm = workload.is_language_model
     unit = 256 if lm else 1
-    limit = (
-        max_size or (getattr(model.config, "max_position_embeddings", 131072) if lm else 4096)
-    ) // unit
+    default_size = (
+        int(getattr(cast(Any, model).config, "max_position_embeddings", 131072)) if lm else 4096
+    )
+    limit = (max_size or default_size) // unit
     limit = max(limit, 1)
 
     def sized(units: int) -> Workload:

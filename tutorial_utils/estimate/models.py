@@ -13,6 +13,7 @@ import json
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, cast
 
 import torch
 import torch.nn as nn
@@ -270,7 +271,7 @@ def describe_model(model: nn.Module) -> str:
     total = sum(p.numel() for p in model.parameters())
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = cast(Any, model).get_base_model() if hasattr(model, "get_base_model") else model
     return (
         f"{type(base).__name__}: {total / 1e6:,.1f} M parameters ({trained / 1e6:,.2f} M "
         f"trained), {len(repeated_blocks(model))} blocks, weights {dtype}"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any, cast
 
 import torch.nn as nn
 
@@ -85,7 +86,7 @@ class Strategy:
         if self.kind == "none":
             yield model
             return
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        base: Any = cast(Any, model).get_base_model() if hasattr(model, "get_base_model") else model
         kwargs = self.checkpoint_kwargs(base, autocast)
         if hasattr(base, "activation_checkpointing_enable"):
             base.activation_checkpointing_enable(

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
-KEY = torch._C.DispatchKey.AutocastPrivateUse1
+KEY = torch._C.DispatchKey.AutocastPrivateUse1  # type: ignore[attr-defined]  # not in the stubs
 KEYSET = torch._C.DispatchKeySet(KEY)
 
 LOWER = "lower_precision_fp"  # cast floating inputs to the autocast dtype
@@ -319,13 +319,13 @@ def _autocast_off_regions(emulation: EmulatedAutocast) -> Iterator[None]:
                 return emulation.disabled()
             return _original(device_type, *args, **kwargs)
 
-        module.maybe_autocast = maybe_autocast
+        setattr(module, "maybe_autocast", maybe_autocast)  # noqa: B010 (a module attribute)
         patched.append((module, original))
     try:
         yield
     finally:
         for module, original in patched:
-            module.maybe_autocast = original
+            setattr(module, "maybe_autocast", original)  # noqa: B010
 
 
 def forward_autocast(

@@ -61,6 +61,11 @@ def plan_within(
     """The planner's choice on ``profile`` for ``budget_bytes``, measured, re-planned until its
     measured peak fits (see the module docstring); a ``ValueError`` when no plan fits.
     ``planner``: one level (``plan_from_profile``) or nested (``nested_from_profile``)."""
+    if budget_bytes is None:  # the least-peak plan: nothing to keep, only to measure
+        plan = planner(profile, None)
+        return dataclasses.replace(
+            plan, measured_peak_bytes=measured_plan_peak(model, sample_input, plan)
+        )
     target = budget_bytes
     for _ in range(MAX_REPLANS):
         try:
@@ -74,7 +79,7 @@ def plan_within(
             ) from None
         measured = measured_plan_peak(model, sample_input, plan)
         plan = dataclasses.replace(plan, measured_peak_bytes=measured)
-        if budget_bytes is None or measured <= budget_bytes:
+        if measured <= budget_bytes:
             return plan
         target -= measured - budget_bytes  # tighten by the miss and plan again
     raise ValueError(

@@ -200,6 +200,7 @@ def peak_floor(
     plain = measure_step(model, inputs, targets, 0, factory(model.parameters()), loss_fn)
     worst = max(needs, key=lambda need: need.need_bytes)
     backward = plain.baseline_bytes + worst.need_bytes
+    assert plain.phase_peak_bytes is not None, "measure_step always splits a step by phase"
     optimizer_peak = plain.phase_peak_bytes["optimizer"]
     return PeakFloor(
         floor_bytes=max(backward, optimizer_peak),

@@ -226,7 +226,7 @@ class NestedProgram:
         return self._rebuild(0, len(self.profile), 1, min(slots, self.slots))
 
     def _rebuild(self, s: int, e: int, held: int, m: int) -> tuple[Item, ...]:
-        items = []
+        items: list[Item] = []
         chain = self.chain
         while s < e:
             pick = int(self.choice[held, s, e, m])
@@ -368,8 +368,8 @@ def nested_plan(profile: ModelProfile, schedule: tuple[Item, ...]) -> NestedPlan
         predicted_peak_bytes=profile.baseline_bytes + parameter_bytes(profile) + peak,
         baseline_bytes=profile.baseline_bytes,
         recompute_seconds=(
-            sum(x * layer.forward_seconds for x, layer in zip(extra, layers, strict=True))
-            if profile.timed
+            sum(x * (layer.forward_seconds or 0.0) for x, layer in zip(extra, layers, strict=True))
+            if profile.timed  # every layer has its forward_seconds
             else None
         ),
         recompute_flops=sum(
@@ -426,4 +426,5 @@ def nested_from_profile(
         slots = program.least_slots(limit)
         if slots is None:
             raise ValueError("no nested schedule meets that recompute limit: raise it")
+    assert slots is not None, "a finite cost has a least slot count"
     return nested_plan(profile, program.schedule(slots))

@@ -162,7 +162,8 @@ class _Partial:
     @property
     def segments(self) -> tuple[Segment, ...]:
         """Every segment, first to last (kept as a chain: extending copies nothing)."""
-        found, node = [], self
+        found = []
+        node: _Partial | None = self
         while node is not None and node.last is not None:
             found.append(node.last)
             node = node.parent

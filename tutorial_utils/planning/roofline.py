@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from tutorial_utils.checkpointing.segments import forward_segments
+from tutorial_utils.checkpointing.segments import Segments, forward_segments
 from tutorial_utils.measurement.dry_run import on_meta
 from tutorial_utils.measurement.flops import FORMULAS
 from tutorial_utils.measurement.step import default_optimizer, prime_optimizer_state
@@ -107,7 +107,7 @@ def roofline_step(
     model: nn.Sequential,
     inputs: torch.Tensor,
     targets: torch.Tensor,
-    segments: object,
+    segments: Segments,
     machine: Machine,
 ) -> RooflineCounter:
     """One training step (forward, cross-entropy, backward, SGD with momentum) as a dry run,
@@ -128,7 +128,7 @@ def roofline_ratios(
     model: nn.Sequential,
     inputs: torch.Tensor,
     targets: torch.Tensor,
-    strategies: dict[str, object],
+    strategies: dict[str, Segments],
     machine: Machine,
 ) -> dict[str, float]:
     """Each strategy's predicted step time over the first strategy's (the roofline's ratio)."""

@@ -12,9 +12,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+from tutorial_utils.checkpointing.segments import Segments
 from tutorial_utils.checkpointing.selective import OffloadedActivations, SelectiveCheckpoint
 from tutorial_utils.measurement.step import sweep_segments
 from tutorial_utils.planning.budget import plan_within
+from tutorial_utils.planning.nested import NestedPlan
 from tutorial_utils.planning.planner import (
     Plan,
     evaluate_plan,
@@ -31,8 +33,8 @@ class Strategy:
 
     name: str
     kind: str  # none | uniform | sqrt(n) | planned | selective | offload
-    segments: object
-    predicted: Plan | None = None  # the cost model's forecast, where it has one
+    segments: Segments
+    predicted: Plan | NestedPlan | None = None  # the cost model's forecast, where it has one
 
 
 def strategy_menu(
