@@ -36,7 +36,7 @@ def sizes_for(profile: Profile) -> ChainSizes:
     if profile.name == "ci":
         depth, width, batch, repeats = 16, 64, 1024, 1
     elif profile.name == "cpu":
-        depth, width, batch, repeats = 16, 256, 2048, 3
+        depth, width, batch, repeats = 16, 256, 2048, 7
     else:  # gpu and article: a chain long enough for sqrt(n) to be visible
         depth, width, batch, repeats = 25, 512, 4096, 3
     return ChainSizes(depth, width, batch, profile.capped(repeats) or repeats)
