@@ -329,3 +329,12 @@ def test_predicted_time_ratios_grow_with_recomputation():
     ratios = predicted_time_ratios(equal_blocks_chain(8, 16), (64, 16), (0, 2, 8))
     assert ratios[0] == 1.0
     assert 1.0 < ratios[2] < ratios[8] < 1.5
+
+
+def test_one_thread_restores_the_thread_count():
+    from tutorial_utils.lessons.toy_summation_graph import one_thread
+
+    before = torch.get_num_threads()
+    with one_thread():
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
