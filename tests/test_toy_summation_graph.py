@@ -332,7 +332,7 @@ def test_predicted_time_ratios_grow_with_recomputation():
 
 
 def test_one_thread_restores_the_thread_count():
-    from tutorial_utils.lessons.toy_summation_graph import one_thread
+    from tutorial_utils.measurement.timing import one_thread
 
     before = torch.get_num_threads()
     with one_thread():

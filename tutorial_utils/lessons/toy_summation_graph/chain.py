@@ -6,8 +6,7 @@ measured by ``tutorial_utils.measurement``, is set beside the model.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -208,16 +207,3 @@ def predicted_time_ratios(
     flops = {count: dry_run_step(model, input_shape, count).flops for count in segment_counts}
     plain = dry_run_step(model, input_shape, 0).flops
     return {count: step.overhead_vs(plain) for count, step in flops.items()}
-
-
-@contextlib.contextmanager
-def one_thread() -> Iterator[None]:
-    """Run torch's CPU ops on one thread inside, then restore the count. On a machine shared with
-    other work, several intra-op threads wait on each other whenever one is descheduled, which can
-    make a step several times slower and its repeats scatter; one thread times steadier."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
