@@ -151,7 +151,7 @@ def test_checkpointing_lowers_activations_at_the_peak_under_ddp_and_fsdp(memory_
 
 def test_table_and_figure_show_every_record(memory_records):
     table = memory_table(memory_records)
-    assert len(table.splitlines()) == 2 + len(memory_records)
+    assert len(table.splitlines()) == 1 + len(memory_records)  # header, then one per record
     figure = plot_memory_by_setup(memory_records, "test")
     assert len(figure.axes[0].get_xticklabels()) == len(memory_records)
     assert figure_problems(figure) == []
@@ -160,3 +160,36 @@ def test_table_and_figure_show_every_record(memory_records):
 def test_describe_plan_counts_the_parameters_the_model_has():
     config = sizes_for(CI, width=16, depth=3, global_batch=8)
     assert f"{count_parameters(build_model(config)):,} parameters" in describe_plan(config, 2)
+
+
+def test_one_process_group_runs_ddp_here_and_tears_down():
+    """The notebook's visible DDP cell: one rank in this process; reentrant checkpointing of a
+    block used twice fails as on many ranks, non-reentrant gives the plain gradients."""
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel
+
+    from tutorial_utils.lessons.checkpointing_at_scale import (
+        global_batch,
+        one_process_group,
+    )
+    from tutorial_utils.measurement.gradients import named_gradients
+
+    reference = single_process_gradients(CONFIG, tied_blocks=True)
+    inputs, labels = global_batch(CONFIG)
+    outcomes = {}
+    with one_process_group():
+        for use_reentrant in (True, False):
+            model = build_model(
+                CONFIG, tied_blocks=True, checkpoint_blocks=True, use_reentrant=use_reentrant
+            )
+            ddp_model = DistributedDataParallel(model)  # kept alive: its reducer checks backward
+            try:
+                F.cross_entropy(ddp_model(inputs), labels).backward()
+            except RuntimeError as error:
+                outcomes[use_reentrant] = str(error)
+            else:
+                outcomes[use_reentrant] = gradients_match(named_gradients(model), reference)
+    assert not dist.is_initialized()
+    assert REENTRANT_DDP_ERROR in outcomes[True]
+    assert outcomes[False] is True

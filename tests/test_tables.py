@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from tutorial_utils.display.tables import epoch_table, text_table
-from tutorial_utils.lessons import toy_summation_tables as tables
 from tutorial_utils.lessons.toy_summation_graph import (
     article_tree,
     compare_with_model,
     equal_blocks_chain,
     optimal_k,
+    tables,
 )
 from tutorial_utils.measurement.step import sweep_segments
 from tutorial_utils.training.loop import EpochRecord, History

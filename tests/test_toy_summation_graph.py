@@ -16,14 +16,20 @@ from tutorial_utils.lessons.toy_summation_graph import (
     balanced_tree,
     build_tree,
     chain_cost,
+    chain_panel,
     chain_tree,
+    chain_view,
     compare_with_model,
     draw_graph,
     equal_blocks_chain,
     evaluation_order,
+    evaluation_panel,
     evaluation_steps,
+    evaluation_view,
     every_kth_layer_cost,
     forward_peak_bytes,
+    growth_panel,
+    growth_view,
     measured_vs_model_figure,
     node_positions,
     optimal_k,
@@ -31,14 +37,6 @@ from tutorial_utils.lessons.toy_summation_graph import (
     peak_index,
     peak_memory,
     sequential_cost,
-)
-from tutorial_utils.lessons.toy_summation_panels import (
-    chain_panel,
-    chain_view,
-    evaluation_panel,
-    evaluation_view,
-    growth_panel,
-    growth_view,
 )
 from tutorial_utils.measurement.step import sweep_segments
 
@@ -304,3 +302,39 @@ def test_checkpointing_saves_memory_only_when_gradients_are_recorded(small_chain
     assert with_grad[4] < with_grad[0]
     assert no_grad[4] >= no_grad[0]
     assert no_grad[0] < with_grad[4]
+
+
+def test_checkpointed_backward_keeps_gradients_and_lowers_the_peak():
+    from torch.utils.checkpoint import checkpoint_sequential
+
+    from tutorial_utils.lessons.toy_summation_graph import backward_peak_and_gradients
+
+    torch.manual_seed(0)
+    chain = equal_blocks_chain(8, 16)
+    inputs, targets = torch.randn(64, 16), torch.randint(0, 16, (64,))
+    plain_peak, plain = backward_peak_and_gradients(chain, chain, inputs, targets)
+    peak, gradients = backward_peak_and_gradients(
+        chain,
+        lambda x: checkpoint_sequential(chain, 4, x, use_reentrant=False),
+        inputs,
+        targets,
+    )
+    assert peak < plain_peak
+    assert all(torch.equal(gradients[name], plain[name]) for name in plain)
+
+
+def test_predicted_time_ratios_grow_with_recomputation():
+    from tutorial_utils.lessons.toy_summation_graph import predicted_time_ratios
+
+    ratios = predicted_time_ratios(equal_blocks_chain(8, 16), (64, 16), (0, 2, 8))
+    assert ratios[0] == 1.0
+    assert 1.0 < ratios[2] < ratios[8] < 1.5
+
+
+def test_one_thread_restores_the_thread_count():
+    from tutorial_utils.measurement.timing import one_thread
+
+    before = torch.get_num_threads()
+    with one_thread():
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before

@@ -9,11 +9,14 @@ of the machine lands on all of them instead of on whichever ran during it.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import median
 from typing import TypeVar
+
+import torch
 
 Key = TypeVar("Key", bound=Hashable)  # what names the works timed in turns: a label, a count
 
@@ -115,3 +118,16 @@ def time_verdict(timing: Timing, reference: Timing, flops_ratio: float | None = 
     if timing.overlaps(reference):
         return f"x{ratio:.2f}, within noise (ranges overlap{expected})"
     return f"x{ratio:.2f}, beyond noise (ranges apart{expected})"
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Run torch's CPU ops on one thread inside, then restore the count. On a machine shared with
+    other work, several intra-op threads wait on each other whenever one is descheduled, which can
+    make a step several times slower and its repeats scatter; one thread times steadier."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)

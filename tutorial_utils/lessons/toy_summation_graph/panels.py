@@ -13,7 +13,16 @@ from IPython.display import Image, display
 from matplotlib.figure import Figure
 
 from tutorial_utils.display.widgets import int_slider
-from tutorial_utils.lessons.toy_summation_graph import (
+from tutorial_utils.lessons.toy_summation_graph.chain import (
+    every_kth_layer_cost,
+    optimal_k,
+)
+from tutorial_utils.lessons.toy_summation_graph.figures import (
+    chain_cost_figure,
+    evaluation_figure,
+    peak_growth_figure,
+)
+from tutorial_utils.lessons.toy_summation_graph.trees import (
     CONVENTIONS,
     ORDERS,
     SHAPES,
@@ -21,12 +30,7 @@ from tutorial_utils.lessons.toy_summation_graph import (
     alive_labels,
     article_tree,
     build_tree,
-    chain_cost_figure,
-    evaluation_figure,
     evaluation_steps,
-    every_kth_layer_cost,
-    optimal_k,
-    peak_growth_figure,
     peak_memory,
 )
 

@@ -2,25 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import torch
 import torch.nn as nn
 
 from tutorial_utils.display.tables import text_table
-from tutorial_utils.lessons.toy_summation_graph import (
-    CONVENTIONS,
+from tutorial_utils.lessons.toy_summation_graph.chain import (
     ModelComparison,
-    SummationTree,
-    balanced_tree,
-    chain_tree,
     every_kth_layer_cost,
     forward_peak_bytes,
     optimal_k,
-    peak_memory,
     sequential_cost,
 )
+from tutorial_utils.lessons.toy_summation_graph.trees import (
+    CONVENTIONS,
+    SummationTree,
+    balanced_tree,
+    chain_tree,
+    peak_memory,
+)
 from tutorial_utils.measurement.step import StepReport
+from tutorial_utils.measurement.timing import time_verdict
 from tutorial_utils.units import MB
 
 
@@ -97,9 +100,14 @@ def segment_plans_table(n_blocks: int, segment_counts: Iterable[int]) -> str:
 
 
 def measured_vs_model_table(
-    comparisons: Sequence[ModelComparison], records: Sequence[StepReport]
+    comparisons: Sequence[ModelComparison],
+    records: Sequence[StepReport],
+    predicted_ratios: Mapping[int, float] | None = None,
 ) -> str:
-    """The simulation's units beside the measured step's, with the measured peak and time."""
+    """The simulation's units beside the measured step's, with the measured peak and time; the
+    time read against the plain step's (first record) and, if given, the FLOP-predicted ratio."""
+    plain = records[0].timing
+    predicted = predicted_ratios or {}
     rows = [
         (
             c.segments,
@@ -108,11 +116,22 @@ def measured_vs_model_table(
             f"{c.extra_units:.2f}",
             f"{r.peak_bytes / MB:.2f}",
             "n/a" if r.timing is None else r.timing.describe(),
+            "n/a"
+            if r.timing is None or plain is None
+            else time_verdict(r.timing, plain, predicted.get(c.segments)),
         )
         for c, r in zip(comparisons, records, strict=True)
     ]
-    header = ("segments", "model", "measured", "extra", "peak MB", "step time, fastest (range)")
-    return text_table(header, rows, "rrrrrl")
+    header = (
+        "segments",
+        "model",
+        "measured",
+        "extra",
+        "peak MiB",
+        "step time, fastest (range)",
+        "time vs no checkpointing",
+    )
+    return text_table(header, rows, "rrrrrll")
 
 
 def no_grad_table(chain: nn.Module, inputs: torch.Tensor, segments: int, unit_bytes: int) -> str:

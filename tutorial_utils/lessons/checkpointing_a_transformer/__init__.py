@@ -1,0 +1,111 @@
+"""Notebook 06: a ``transformers`` model checkpointed the ways people do it today.
+
+Models are built from configs with random weights (nothing is downloaded), at full size on the meta
+device (dry runs: exact tensor bytes and FLOPs, no time) and at a small size on the CPU (real
+steps: time). One module per job: ``models``, ``strategies`` (each a setting of
+``activation_checkpointing_enable``, one step under each, their tables), ``explorer`` (the
+Pareto plot and sliders), ``layer_memory`` (one block against Korthikanti et al.'s formula, the
+attention kernel check), ``pitfalls`` and ``reach`` (the longest sequence on a card); the
+notebook imports every name from here."""
+
+from tutorial_utils.lessons.checkpointing_a_transformer.explorer import (
+    KIND_STYLES,
+    StrategyExplorer,
+    plot_strategies,
+)
+from tutorial_utils.lessons.checkpointing_a_transformer.layer_memory import (
+    attention_paths,
+    block_saved_bytes,
+    korthikanti_layer_bytes,
+    layer_formula_table,
+)
+from tutorial_utils.lessons.checkpointing_a_transformer.models import (
+    ATTENTION,
+    SIZES,
+    Sizes,
+    adamw,
+    add_lora,
+    build_causal_lm,
+    decoder_blocks,
+    describe_model,
+    gpt2_small_config,
+    llama_1b_config,
+    sizes_for,
+    small_gpt2_config,
+    small_llama_config,
+    trainable_parameters,
+)
+from tutorial_utils.lessons.checkpointing_a_transformer.pitfalls import (
+    GradientCheck,
+    checkpointing_messages,
+    default_use_reentrant,
+    lora_pitfall,
+    pitfall_table,
+    versions,
+)
+from tutorial_utils.lessons.checkpointing_a_transformer.reach import (
+    Fit,
+    card_budget,
+    fit_table,
+    longest_sequences,
+)
+from tutorial_utils.lessons.checkpointing_a_transformer.strategies import (
+    DRY_COLUMNS,
+    OFFLOAD_NOTE,
+    REAL_COLUMNS,
+    TransformerStrategy,
+    activation_peak_and_gradients,
+    breakdown_table,
+    lm_step,
+    real_against_dry_run_table,
+    rows_table,
+    strategy_menu,
+    strategy_rows,
+    token_batch,
+)
+
+__all__ = [
+    "ATTENTION",
+    "DRY_COLUMNS",
+    "Fit",
+    "GradientCheck",
+    "KIND_STYLES",
+    "OFFLOAD_NOTE",
+    "REAL_COLUMNS",
+    "SIZES",
+    "Sizes",
+    "StrategyExplorer",
+    "TransformerStrategy",
+    "activation_peak_and_gradients",
+    "adamw",
+    "add_lora",
+    "attention_paths",
+    "block_saved_bytes",
+    "breakdown_table",
+    "build_causal_lm",
+    "card_budget",
+    "checkpointing_messages",
+    "decoder_blocks",
+    "default_use_reentrant",
+    "describe_model",
+    "fit_table",
+    "gpt2_small_config",
+    "korthikanti_layer_bytes",
+    "layer_formula_table",
+    "llama_1b_config",
+    "lm_step",
+    "longest_sequences",
+    "lora_pitfall",
+    "pitfall_table",
+    "plot_strategies",
+    "real_against_dry_run_table",
+    "rows_table",
+    "sizes_for",
+    "small_gpt2_config",
+    "small_llama_config",
+    "strategy_menu",
+    "strategy_rows",
+    "token_batch",
+    "trainable_parameters",
+    "versions",
+]
