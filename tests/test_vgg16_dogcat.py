@@ -49,7 +49,7 @@ def test_comparison_uses_the_measured_numbers() -> None:
     assert "14222.1" in table and "not reported" in table
     assert "1.30" in table and "0.75" in table  # our time and memory ratios
     statements = " ".join(vgg16_dogcat.comparison_statements(plain, ckpt))
-    assert "+30%" in statements and "75.0% of the plain run's 200.0 MB" in statements
+    assert "+30%" in statements and "75.0% of the plain run's 200.0 MiB" in statements
     assert "CUDA peak allocated): not measurable" in statements
     fig = vgg16_dogcat.plot_ratio_comparison(plain, ckpt)
     assert len(fig.axes) == 2
@@ -267,7 +267,7 @@ def test_run_state_report_lists_what_was_written(tmp_path) -> None:
     (tmp_path / "plain").mkdir()
     torch.save(model.state_dict(), tmp_path / "plain" / "epoch_1.pt")
     report = vgg16_dogcat.run_state_report(tmp_path, True, model, "gpu")
-    assert report.startswith(f"1 file, 0 MB under {tmp_path}") and "plain/epoch_1.pt" in report
+    assert report.startswith(f"1 file, 0 MiB under {tmp_path}") and "plain/epoch_1.pt" in report
 
 
 def test_run_state_report_counts_what_an_unsaved_run_would_weigh(tmp_path) -> None:
@@ -280,5 +280,5 @@ def test_run_state_report_counts_what_an_unsaved_run_would_weigh(tmp_path) -> No
     # state_dict: 12 + 3 + 3 + 3 + 3 + 3 floats and one int64 counter; momentum: 3 + 3 + 3
     assert vgg16_dogcat.sgd_momentum_state_bytes(frozen) == 27 * 4 + 8 + 9 * 4
     report = vgg16_dogcat.run_state_report(tmp_path, False, vgg, "cpu")
-    assert "profile cpu wrote no training state" in report and "1,024 MB a run" in report
+    assert "profile cpu wrote no training state" in report and "1,024 MiB a run" in report
     assert list(tmp_path.iterdir()) == []
