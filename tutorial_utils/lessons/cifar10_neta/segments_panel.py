@@ -9,6 +9,7 @@ is scaled to the image size (``card_budget``) and the step is timed.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -62,7 +63,11 @@ class SegmentChoice:
         )
 
 
-def _largest_batch(chosen: frozenset[int], image_size: int, budget: int, max_batch: int, device):
+@functools.lru_cache(maxsize=64)
+def _largest_batch(
+    chosen: frozenset[int], image_size: int, budget: int, max_batch: int, device: str
+) -> int:
+    """The search is deterministic (tracked bytes), so the panel asks it once per setting."""
     return find_max_batch_size(
         lambda: NetA(use_checkpoint=chosen, use_reentrant=False),
         (3, image_size, image_size),
@@ -121,8 +126,8 @@ def evaluate_segment_choice(
         activations,
         cost,
         budget,
-        _largest_batch(chosen, image_size, budget, max_batch, device),
-        _largest_batch(frozenset(), image_size, budget, max_batch, device),
+        _largest_batch(chosen, image_size, budget, max_batch, str(device)),
+        _largest_batch(frozenset(), image_size, budget, max_batch, str(device)),
     )
 
 
