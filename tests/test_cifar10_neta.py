@@ -3,6 +3,7 @@ BatchNorm runs and the segment panel; the article's card by dry run, on a small 
 
 from __future__ import annotations
 
+from functools import partial
 from itertools import pairwise
 
 import pytest
@@ -96,7 +97,7 @@ def test_strategy_cost_measures_memory_and_time_of_each_strategy() -> None:
     assert "yes  x1.00, within noise" in table.splitlines()[1]
     assert f"FLOPs predict x{checkpointed.gflop / plain.gflop:.2f}" in table.splitlines()[2]
     assert (
-        "activation peak MB" in table.splitlines()[0] and "ms per sample" in table.splitlines()[0]
+        "activation peak MiB" in table.splitlines()[0] and "ms per sample" in table.splitlines()[0]
     )
     with pytest.raises(ValueError, match="repeats"):
         lesson.strategy_cost(lesson.PLAIN, inputs, targets, repeats=0)
@@ -145,23 +146,52 @@ def test_batchnorm_runs_fixes_match_plain() -> None:
 
 def test_segment_choice_more_checkpointing_less_activation_memory() -> None:
     size = 32  # at 16 px layer8's output is 1 x 1: BatchNorm cannot train on a batch of 1
-    budget = lesson.card_budget(size)
-    none = lesson.evaluate_segment_choice(set(), budget, 4, size, max_batch=4)
-    first = lesson.evaluate_segment_choice({0}, budget, 4, size, max_batch=4)
-    assert first.cost.activation_bytes < none.cost.activation_bytes
+    card = lesson.ARTICLE_CARD_BYTES  # scaled to 32 px by the machine scale
+    none = lesson.evaluate_segment_choice(set(), card, 4, size, max_batch=4)
+    first = lesson.evaluate_segment_choice({0}, card, 4, size, max_batch=4)
+    assert first.activation_bytes < none.activation_bytes
     assert first.max_batch == none.max_batch == 4  # the static part is far below the budget
+    assert first.plain_max_batch == none.max_batch
     assert "seg0" in first.describe() and "none" in none.describe()
+    assert "measured" in first.describe() and "step " in first.cost
     with pytest.raises(ValueError, match="0..4"):
-        lesson.evaluate_segment_choice({5}, budget, 4, size)
+        lesson.evaluate_segment_choice({5}, card, 4, size)
+    with pytest.raises(ValueError, match="scale must be one of"):
+        lesson.evaluate_segment_choice({0}, card, 4, size, scale="huge")
+
+
+def test_segment_choice_at_the_article_size_is_a_dry_run() -> None:
+    """At 224 px by dry run: checkpointing every segment lowers the step's peak, costs FLOPs,
+    and fits a larger batch in the card than the plain step (5 against 6 in SMALL_CARD)."""
+    choose = partial(lesson.evaluate_segment_choice, scale=lesson.ARTICLE_SCALE, max_batch=8)
+    every = choose(range(5), SMALL_CARD, 2, 32)
+    none = choose((), SMALL_CARD, 2, 32)
+    assert every.image_size == none.image_size == 224
+    assert every.peak_bytes < none.peak_bytes
+    assert every.max_batch > every.plain_max_batch == none.max_batch
+    assert "dry run" in every.describe() and "FLOPs x1.00" in none.cost
+    assert float(every.cost.split("x")[1].split()[0]) > 1.1
 
 
 def test_segment_panel_runs_from_its_controls() -> None:
-    panel = lesson.segment_panel(batch_size=2, image_size=32, budget_mb=100, max_batch=2)
-    assert list(panel.controls) == ["budget_mb", "seg0", "seg1", "seg2", "seg3", "seg4"]
+    panel = lesson.segment_panel(
+        batch_size=2, image_size=32, max_batch=2, scale=lesson.MACHINE_SCALE
+    )
+    assert list(panel.controls) == [
+        "batch_size",
+        "card_mib",
+        "scale",
+        "seg0",
+        "seg1",
+        "seg2",
+        "seg3",
+        "seg4",
+    ]
+    assert panel.controls["scale"].options == lesson.SCALES
     for name in ("seg1", "seg2", "seg3", "seg4"):
         panel.controls[name].value = False
     text = panel.run()
-    assert text.startswith("checkpointed: seg0\n") and "largest batch within 100 MB" in text
+    assert text.startswith("checkpointed: seg0 · 32 px") and "largest batch within" in text
     assert panel.output.outputs and panel.runs == 1
 
 

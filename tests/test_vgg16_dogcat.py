@@ -10,6 +10,7 @@ from tutorial_utils.articles.models import vgg16_classifier
 from tutorial_utils.lessons import vgg16_dogcat
 from tutorial_utils.measurement.gradients import max_difference, parameter_gradients
 from tutorial_utils.measurement.step import measure_step
+from tutorial_utils.measurement.timing import Timing
 from tutorial_utils.training.loop import EpochRecord, History
 
 MB = 2**20
@@ -49,7 +50,7 @@ def test_comparison_uses_the_measured_numbers() -> None:
     assert "14222.1" in table and "not reported" in table
     assert "1.30" in table and "0.75" in table  # our time and memory ratios
     statements = " ".join(vgg16_dogcat.comparison_statements(plain, ckpt))
-    assert "+30%" in statements and "75.0% of the plain run's 200.0 MB" in statements
+    assert "+30%" in statements and "75.0% of the plain run's 200.0 MiB" in statements
     assert "CUDA peak allocated): not measurable" in statements
     fig = vgg16_dogcat.plot_ratio_comparison(plain, ckpt)
     assert len(fig.axes) == 2
@@ -267,7 +268,7 @@ def test_run_state_report_lists_what_was_written(tmp_path) -> None:
     (tmp_path / "plain").mkdir()
     torch.save(model.state_dict(), tmp_path / "plain" / "epoch_1.pt")
     report = vgg16_dogcat.run_state_report(tmp_path, True, model, "gpu")
-    assert report.startswith(f"1 file, 0 MB under {tmp_path}") and "plain/epoch_1.pt" in report
+    assert report.startswith(f"1 file, 0 MiB under {tmp_path}") and "plain/epoch_1.pt" in report
 
 
 def test_run_state_report_counts_what_an_unsaved_run_would_weigh(tmp_path) -> None:
@@ -280,5 +281,50 @@ def test_run_state_report_counts_what_an_unsaved_run_would_weigh(tmp_path) -> No
     # state_dict: 12 + 3 + 3 + 3 + 3 + 3 floats and one int64 counter; momentum: 3 + 3 + 3
     assert vgg16_dogcat.sgd_momentum_state_bytes(frozen) == 27 * 4 + 8 + 9 * 4
     report = vgg16_dogcat.run_state_report(tmp_path, False, vgg, "cpu")
-    assert "profile cpu wrote no training state" in report and "1,024 MB a run" in report
+    assert "profile cpu wrote no training state" in report and "1,024 MiB a run" in report
     assert list(tmp_path.iterdir()) == []
+
+
+# -- section 5: the convolutional part timed against its FLOP prediction ------------------------
+
+
+def test_vgg16_convolutional_is_the_features_with_a_small_head() -> None:
+    model = vgg16_dogcat.vgg16_convolutional(num_classes=2)
+    assert len(model) == 34
+    assert isinstance(model[-1], nn.Linear) and model[-1].in_features == 512
+    assert not any(getattr(m, "inplace", False) for m in model)  # safe at any segment boundary
+    assert model(torch.randn(1, 3, 32, 32)).shape == (1, 2)
+
+
+def test_convolutional_part_predicts_a_recompute_dominated_slowdown() -> None:
+    """By dry run, 4 segments re-run three quarters of the convolutions: well above x1."""
+    model = vgg16_dogcat.vgg16_convolutional()
+    ratio = vgg16_dogcat.checkpointed_flops_ratio(model, batch_size=2, image_size=32, segments=4)
+    assert 1.15 < ratio < 1.34
+
+
+def test_step_times_ratio_per_turn_against_the_prediction() -> None:
+    times = vgg16_dogcat.StepTimes(
+        Timing.of([1.0, 2.0, 1.0]), Timing.of([1.3, 2.4, 1.25]), predicted=1.25
+    )
+    assert times.turn_ratios == pytest.approx((1.3, 1.2, 1.25))
+    assert times.median_ratio == pytest.approx(1.25) and times.off_prediction == pytest.approx(0)
+    assert not times.beyond_noise  # the slow second turn makes the ranges overlap
+    assert "median x1.25 (x1.20-x1.30 over 3 turns); FLOPs predict x1.25" in times.describe()
+    apart = vgg16_dogcat.StepTimes(Timing.of([1.0, 1.1]), Timing.of([1.4, 1.5]), predicted=1.3)
+    assert apart.beyond_noise and "beyond noise" in apart.describe()
+    with pytest.raises(ValueError, match="same number of turns"):
+        vgg16_dogcat.StepTimes(Timing.of([1.0]), Timing.of([1.0, 1.1]), predicted=1.0)
+
+
+def test_time_plain_and_checkpointed_warms_up_then_takes_turns() -> None:
+    calls: list[str] = []
+    times = vgg16_dogcat.time_plain_and_checkpointed(
+        lambda: calls.append("p"), lambda: calls.append("c"), repeats=3, predicted=1.2
+    )
+    assert "".join(calls) == "pc" + "pc" * 3  # one warm-up each, then in turns
+    assert times.plain.repeats == times.checkpointed.repeats == 3 and times.predicted == 1.2
+
+
+def test_fresh_cuda_state_says_there_is_nothing_to_reset_off_a_gpu() -> None:
+    assert vgg16_dogcat.fresh_cuda_state("cpu").startswith("cpu: no CUDA state to reset")

@@ -299,7 +299,10 @@ def plot_histories(
     acc_ax.set_ylabel("accuracy (%)")
     loss_ax.set_ylabel("loss (cross-entropy)")
     time_ax.set_ylabel("training time per epoch (s)")
-    time_ax.set_ylim(bottom=0)
+    slowest = max(
+        (r.seconds for h in histories.values() for r in getattr(h, "records", h)), default=0
+    )
+    time_ax.set_ylim(bottom=0, top=1.5 * slowest or None)  # room above the lines for the legend
     all_epochs = sorted({r.epoch for h in histories.values() for r in getattr(h, "records", h)})
     for ax in (acc_ax, loss_ax, time_ax):
         ax.set_xlabel("epoch")

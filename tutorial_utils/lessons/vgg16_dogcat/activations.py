@@ -1,0 +1,234 @@
+"""Notebook 02, sections 4-5: one step op by op, where VGG16 keeps its activations, dry-run sweeps."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn as nn
+from matplotlib.figure import Figure
+
+from tutorial_utils.display.plotting import figure_subtitle
+from tutorial_utils.measurement.dry_run import on_meta
+from tutorial_utils.measurement.step import StepReport, SweepRecord, measure_step, sweep_segments
+from tutorial_utils.units import MB
+
+# -- where the activations sit ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModuleActivations:
+    """What one top-level module leaves for the backward pass, from autograd's own record."""
+
+    index: int
+    kind: str
+    output_shape: tuple[int, ...]
+    output_bytes: int
+    saved_bytes: int  # storages this module saved first (a tensor saved twice counts once)
+
+
+@dataclass
+class ActivationAccount:
+    """Autograd's saved tensors of one forward pass, per top-level module of a Sequential."""
+
+    layers: list[ModuleActivations]
+    input_shape: tuple[int, ...]
+    device: str
+
+    @property
+    def total_saved_bytes(self) -> int:
+        return sum(layer.saved_bytes for layer in self.layers)
+
+
+def saved_activations(
+    model: nn.Sequential, input_shape: Sequence[int], device: str | None = "meta"
+) -> ActivationAccount:
+    """Per top-level module, the bytes autograd saves for the backward pass (saved-tensor hooks).
+
+    ``device="meta"`` runs a weightless copy on the meta device: nothing is computed or
+    allocated, so the article's 224 px, batch-64 figures cost milliseconds, with autograd's real
+    shapes and dtypes. ``device=None`` runs ``model`` itself where it is (a real forward).
+    Parameters, and views of them such as a Linear's transposed weight, are not activations and
+    are left out; a tensor saved by two modules (a ReLU's output, saved by the ReLU and by the next
+    convolution) is counted once, for the first.
+    """
+    if len(input_shape) != 4 or any(int(side) <= 0 for side in input_shape):
+        raise ValueError(f"input_shape must be (batch, channels, height, width), got {input_shape}")
+    if device not in ("meta", None):
+        raise ValueError(f"device must be 'meta' or None (the model's own), got {device!r}")
+    run = on_meta(model) if device == "meta" else model
+    run_device = next(run.parameters()).device
+    parameter_keys = {p.untyped_storage()._cdata for p in run.parameters()}
+    nbytes: dict[int, int] = {}
+    saved_keys: list[set[int]] = [set() for _ in run]
+    outputs: list[tuple[tuple[int, ...], int]] = [((), 0)] * len(run)
+    current = [0]
+    keep_alive: list[torch.Tensor] = []  # storage addresses stay unique while the pass runs
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        if storage._cdata not in parameter_keys:
+            nbytes.setdefault(storage._cdata, storage.nbytes())
+            saved_keys[current[0]].add(storage._cdata)
+        return tensor
+
+    def before(index: int, args: tuple) -> None:
+        current[0] = index
+        keep_alive.append(args[0])
+
+    def after(index: int, output: torch.Tensor) -> None:
+        outputs[index] = (tuple(output.shape), output.numel() * output.element_size())
+
+    handles = []
+    for index, module in enumerate(run):
+        handles.append(module.register_forward_pre_hook(lambda _m, a, i=index: before(i, a)))
+        handles.append(module.register_forward_hook(lambda _m, _a, o, i=index: after(i, o)))
+    was_training = run.training
+    try:
+        run.train()
+        inputs = torch.zeros(tuple(int(s) for s in input_shape), device=run_device)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            output = run(inputs)
+        keep_alive.append(output)
+    finally:
+        run.train(was_training)
+        for handle in handles:
+            handle.remove()
+    counted: set[int] = set()
+    layers = []
+    for index, module in enumerate(run):
+        first = saved_keys[index] - counted
+        counted |= first
+        layers.append(
+            ModuleActivations(
+                index,
+                type(module).__name__,
+                outputs[index][0],
+                outputs[index][1],
+                sum(nbytes[key] for key in first),
+            )
+        )
+    return ActivationAccount(layers, tuple(int(s) for s in input_shape), str(run_device))
+
+
+def plot_saved_activations(accounts: dict[str, ActivationAccount]) -> Figure:
+    """Saved activation MiB per top-level module, one panel per input size."""
+    fig, axes = plt.subplots(1, len(accounts), figsize=(6.5 * len(accounts), 4.2), squeeze=False)
+    plt.close(fig)
+    for ax, (title, account) in zip(axes[0], accounts.items(), strict=True):
+        values = [layer.saved_bytes / MB for layer in account.layers]
+        colors = [_KIND_COLORS.get(layer.kind, "#777777") for layer in account.layers]
+        ax.bar(range(len(values)), values, color=colors)
+        ax.set_xlabel("top-level module index (flat layout)")
+        ax.set_ylabel("saved for backward (MiB)")
+        ax.set_title(f"{title}: {account.total_saved_bytes / MB:.1f} MiB in all", fontsize=10)
+        ax.grid(alpha=0.3, axis="y")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in _KIND_COLORS.values()]
+    axes[0][-1].legend(handles, list(_KIND_COLORS), fontsize=8)
+    fig.suptitle("Where VGG16 keeps its activations\n" + figure_subtitle(), fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+_KIND_COLORS = {
+    "Conv2d": "#4c72b0",
+    "ReLU": "#dd8452",
+    "MaxPool2d": "#55a868",
+    "Linear": "#c44e52",
+    "Dropout": "#8172b3",
+}
+
+
+# -- one step, op by op, and sweeps, as dry runs at the article's size ------------------------
+
+ARTICLE_INPUT = (3, 224, 224)  # the first article's images
+ARTICLE_BATCH = 64
+
+
+def checkpointed_flops_ratio(
+    model: nn.Sequential, batch_size: int, image_size: int, segments: int = 2
+) -> float:
+    """Checkpointed over plain FLOPs of one training step, by dry run at the given size: the
+    slowdown to expect when time is proportional to work."""
+    inputs = torch.empty(batch_size, 3, image_size, image_size, device="meta")
+    targets = torch.empty(batch_size, dtype=torch.long, device="meta")
+    reports = step_timelines(model, inputs, targets, (0, segments))
+    plain, checkpointed = reports["segments=0"], reports[f"segments={segments}"]
+    return checkpointed.flops.overhead_vs(plain.flops)
+
+
+def step_timelines(
+    model: nn.Sequential,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    segment_counts: Sequence[int] = (0, 2),
+) -> dict[str, StepReport]:
+    """One training step per segment count with its op-by-op timeline, keyed "segments=k".
+
+    ``inputs`` on the meta device make these dry runs (the model is copied there); elsewhere they
+    are real steps of ``model`` itself, on the inputs' device.
+    """
+    run = on_meta(model) if inputs.device.type == "meta" else model
+    return {
+        f"segments={segments}": measure_step(
+            run, inputs, targets, segments, time_step=False, record_timeline=True
+        )
+        for segments in segment_counts
+    }
+
+
+def after_forward_bytes(report: StepReport) -> int:
+    """Live tracked bytes when the forward pass (and the loss) is done, from a step's timeline."""
+    forward = [event.current_bytes for event in report.timeline or () if event.phase == "forward"]
+    if not forward:
+        raise ValueError("no forward ops in the timeline: measure with record_timeline=True")
+    return forward[-1]
+
+
+def article_batch(batch_size: int = ARTICLE_BATCH) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch of the article's shape on the meta device: shapes only, no memory."""
+    return (
+        torch.empty(batch_size, *ARTICLE_INPUT, device="meta"),
+        torch.empty(batch_size, dtype=torch.long, device="meta"),
+    )
+
+
+def dry_run_sweep(
+    model: nn.Sequential, batch_size: int, segment_counts: Sequence[int]
+) -> list[SweepRecord]:
+    """``sweep_segments`` at the article's 224 px on a meta copy of ``model``: exact bytes, FLOPs."""
+    inputs, targets = article_batch(batch_size)
+    return sweep_segments(on_meta(model), inputs, targets, segment_counts, device="meta")
+
+
+def best_uniform_split(records: Sequence[SweepRecord]) -> SweepRecord:
+    """The measured record with the lowest tracked peak (fewest segments on ties)."""
+    return min(records, key=lambda r: (r.peak_bytes, r.segments))
+
+
+def format_sweep(records: Sequence[SweepRecord], chosen: int | None = None) -> str:
+    """A sweep as a table, ratios to its plain record; time measured, or FLOPs in a dry run."""
+    plain = next(r for r in records if r.segments in (0, 1))
+    dry = plain.dry_run
+    time_title = "GFLOP" if dry else "step s"
+    ratio_title = "time/plain (FLOPs)" if dry else "time/plain"
+    lines = [
+        plain.source,
+        f"{'segments':>8} {'peak MiB':>9} {'activations MiB':>15} {time_title:>8}"
+        f" {'peak/plain':>11} {ratio_title:>19}",
+    ]
+    for record in sorted(records, key=lambda r: r.segments):
+        if dry:
+            work = f"{record.flops.total / 1e9:>8,.0f}"
+            time_ratio = record.flops.overhead_vs(plain.flops)
+        else:
+            work, time_ratio = f"{record.seconds:>8.2f}", record.seconds / plain.seconds
+        mark = "  <- chosen" if record.segments == chosen else ""
+        lines.append(
+            f"{record.segments:>8} {record.peak_bytes / MB:>9,.1f}"
+            f" {record.breakdown['activations'] / MB:>15,.1f} {work}"
+            f" {record.peak_bytes / plain.peak_bytes:>11.3f} {time_ratio:>19.2f}{mark}"
+        )
+    return "\n".join(lines)

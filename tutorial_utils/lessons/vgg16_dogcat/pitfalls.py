@@ -1,0 +1,150 @@
+"""Notebook 02's pitfalls: reentrant mode, in-place ReLUs, Dropout, the last segment."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint_sequential
+
+from tutorial_utils.checkpointing.segments import (
+    forward_segments,
+    segment_boundaries,
+    validate_segments,
+)
+
+# -- pitfalls --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SegmentGradients:
+    """How many of a segment's parameter tensors received a gradient."""
+
+    start: int
+    end: int
+    checkpointed: bool
+    with_gradient: int
+    parameters: int
+
+
+def gradients_per_segment(
+    model: nn.Sequential,
+    inputs: torch.Tensor,
+    segments: int,
+    *,
+    use_reentrant: bool | None,
+    input_requires_grad: bool,
+) -> tuple[list[SegmentGradients], list[str]]:
+    """Run torch's ``checkpoint_sequential`` forward + backward; count gradients per segment.
+
+    ``use_reentrant=None`` leaves the argument out, to show torch's default. Returns the counts
+    and the warnings torch raised (their text only, without file and line).
+    """
+    validate_segments(model, segments)
+    model.zero_grad(set_to_none=True)
+    x = inputs.detach().clone().requires_grad_(input_requires_grad)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mode = {} if use_reentrant is None else {"use_reentrant": use_reentrant}
+        output = checkpoint_sequential(model, max(segments, 1), x, **mode)
+        output.sum().backward()
+    bounds = segment_boundaries(len(model), segments)
+    counts = []
+    for position, (start, end) in enumerate(bounds):
+        parameters = [p for module in model[start:end] for p in module.parameters()]
+        counts.append(
+            SegmentGradients(
+                start,
+                end,
+                segments >= 2 and position < len(bounds) - 1,
+                sum(p.grad is not None for p in parameters),
+                len(parameters),
+            )
+        )
+    model.zero_grad(set_to_none=True)
+    return counts, [str(w.message) for w in caught]
+
+
+def vgg16_flat_inplace(article_model: nn.Sequential) -> nn.Sequential:
+    """The article model's modules with ``features`` unrolled as they come: ReLU(inplace=True)."""
+    features, *rest = list(article_model.children())
+    return nn.Sequential(*features.children(), *rest)
+
+
+def inplace_modules_at_checkpoint_starts(model: nn.Sequential, segments: int) -> list[int]:
+    """Indices of in-place modules that open a checkpointed segment (they modify its saved input)."""
+    bounds = segment_boundaries(len(model), segments)
+    checkpointed = bounds[:-1] if segments >= 2 else []
+    return [start for start, _ in checkpointed if getattr(model[start], "inplace", False)]
+
+
+def backward_error(model: nn.Sequential, inputs: torch.Tensor, segments: int) -> str | None:
+    """``None`` if a non-reentrant checkpointed forward + backward runs, else the error's first line."""
+    model.zero_grad(set_to_none=True)
+    try:
+        output = forward_segments(model, inputs, segments, use_reentrant=False)
+        output.sum().backward()
+    except RuntimeError as error:
+        return f"{type(error).__name__}: {str(error).splitlines()[0]}"
+    finally:
+        model.zero_grad(set_to_none=True)
+    return None
+
+
+def dropout_segments(model: nn.Sequential, segments: int) -> list[tuple[int, int, bool]]:
+    """``(start, end, checkpointed)`` of the segments that contain a Dropout."""
+    bounds = segment_boundaries(len(model), segments)
+    return [
+        (start, end, segments >= 2 and position < len(bounds) - 1)
+        for position, (start, end) in enumerate(bounds)
+        if any(isinstance(module, nn.Dropout) for module in model[start:end])
+    ]
+
+
+def forward_call_counts(
+    model: nn.Sequential, inputs: torch.Tensor, segments: int, *, use_reentrant: bool = False
+) -> list[int]:
+    """How often each module's forward completed in one forward + backward through torch's
+    ``checkpoint_sequential`` (``segments=0``: a plain call). 2 = recomputed during backward."""
+    counts = [0] * len(model)
+    handles = [
+        module.register_forward_hook(lambda *_, i=index: counts.__setitem__(i, counts[i] + 1))
+        for index, module in enumerate(model)
+    ]
+    model.zero_grad(set_to_none=True)
+    x = inputs.detach().clone().requires_grad_(use_reentrant)
+    try:
+        if segments == 0:
+            output = model(x)
+        else:
+            output = checkpoint_sequential(model, segments, x, use_reentrant=use_reentrant)
+        output.sum().backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+        model.zero_grad(set_to_none=True)
+    return counts
+
+
+@dataclass(frozen=True)
+class TorchCheckpointSequential:
+    """A ``CheckpointStrategy`` that calls torch's ``checkpoint_sequential`` for any count >= 1.
+
+    ``forward_segments`` runs a plain forward for 0 and 1; this runs torch's own function even
+    for 1, to show that torch itself checkpoints nothing there.
+    """
+
+    segments: int
+
+    def forward(
+        self, model: nn.Sequential, x: torch.Tensor, use_reentrant: bool, preserve_rng_state: bool
+    ) -> torch.Tensor:
+        return checkpoint_sequential(
+            model,
+            self.segments,
+            x,
+            use_reentrant=use_reentrant,
+            preserve_rng_state=preserve_rng_state,
+        )
