@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, overload
 
 from tutorial_utils.articles.quoted import NETA_ARTICLE
 from tutorial_utils.units import MB
@@ -46,6 +46,12 @@ class Profile:
     use_real_data: bool  # False: always the small generated sets, even where the real ones exist
     save_epoch_state: bool  # the latest epoch's state on disk, for resume (VGG16: 1024 MB a run)
     steps_cap: int | None = None  # TUTORIAL_STEPS: every loop, evaluation and data set capped
+
+    @overload
+    def capped(self, count: int) -> int: ...
+
+    @overload
+    def capped(self, count: None) -> None: ...
 
     def capped(self, count: int | None) -> int | None:
         """``count`` steps or batches, at most ``steps_cap`` of them (None stays None: all)."""

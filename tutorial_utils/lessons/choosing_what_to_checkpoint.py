@@ -259,7 +259,7 @@ def plot_plan(profile: ModelProfile, plan: Plan, title: str, subtitle: str | Non
     """Per-layer activation bytes as bars, coloured by whether their segment is checkpointed."""
     fig, ax = plt.subplots(figsize=(9, 3.8))
     plt.close(fig)
-    colors = [None] * len(profile)
+    colors: list[str | None] = [None] * len(profile)
     for start, end, checkpointed in plan.boundaries:
         for m in range(start, end):
             colors[m] = CHECKPOINTED_COLOR if checkpointed else KEPT_COLOR

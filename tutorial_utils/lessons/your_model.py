@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
+import torch.nn as nn
 from matplotlib.figure import Figure
 
 from tutorial_utils.display.plotting import figure_subtitle
@@ -74,15 +75,16 @@ def sizes_for(profile) -> Sizes:
 
 def plot_estimate(result: Estimate, highlight: str | None = None) -> Figure:
     """Each measured strategy's peak, stacked by category, against the card and its budget."""
-    rows = [row for row in result.rows if row.report is not None]
-    if not rows:
+    measured = [(row.strategy.name, row.report) for row in result.rows if row.report is not None]
+    if not measured:
         raise ValueError("no strategy was measured: include at least one besides offload")
-    fig, ax = plt.subplots(figsize=(9.5, 1.2 + 0.55 * len(rows)))
+    fig, ax = plt.subplots(figsize=(9.5, 1.2 + 0.55 * len(measured)))
     plt.close(fig)
-    names = [row.strategy.name for row in rows]
-    left = [0.0] * len(rows)
+    names = [name for name, _ in measured]
+    reports = [report for _, report in measured]
+    left = [0.0] * len(measured)
     for category, color in zip(CATEGORIES, CATEGORY_COLORS, strict=True):
-        widths = [row.report.breakdown[category] / GiB for row in rows]
+        widths = [report.breakdown[category] / GiB for report in reports]
         ax.barh(names, widths, left=left, color=color, label=CATEGORY_LABELS[category])
         left = [a + b for a, b in zip(left, widths, strict=True)]
     card = result.card
@@ -99,7 +101,7 @@ def plot_estimate(result: Estimate, highlight: str | None = None) -> Figure:
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.grid(axis="x", alpha=0.3)
     fig.suptitle(
-        f"{result.model_description}\n{rows[0].report.source} · {figure_subtitle('meta')}",
+        f"{result.model_description}\n{reports[0].source} · {figure_subtitle('meta')}",
         fontsize=9,
     )
     fig.tight_layout()
@@ -121,7 +123,7 @@ class YourModelPanel:
 
     def __init__(self, sizes: Sizes, *, model: str | None = None):
         self.sizes = sizes
-        self.models: dict[tuple, object] = {}
+        self.models: dict[tuple[str, str, int, int], nn.Module] = {}
         names = [s.name for s in DEFAULT_STRATEGIES]
         controls = {
             "model": widgets.Dropdown(
@@ -147,7 +149,9 @@ class YourModelPanel:
         self.panel = RunPanel(controls, self.compute, title="Will it fit?")
         self.widget = self.panel.widget
 
-    def workload(self, model: str, batch: int, size: int, precision: str, lora_rank: int):
+    def workload(
+        self, model: str, batch: int, size: int, precision: str, lora_rank: int
+    ) -> Workload:
         classifier = model.startswith("torchvision:")
         return Workload(
             model,

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import contextlib
 
-import torch.nn as nn
-
 from tutorial_utils.display.tables import text_table
 from tutorial_utils.lessons.checkpointing_a_transformer.models import (
+    CausalLM,
     build_causal_lm,
     decoder_blocks,
 )
@@ -51,7 +50,7 @@ def korthikanti_layer_bytes(
     return attention + mlp + norms + (matrix if attention_matrix else 0)
 
 
-def block_saved_bytes(model: nn.Module, batch: int, sequence: int) -> dict[str, int]:
+def block_saved_bytes(model: CausalLM, batch: int, sequence: int) -> dict[str, int]:
     """Bytes each decoder block saves for backward (no checkpointing), measured in a forward.
 
     On the meta device (a dry run) the attention kernel is the one a CPU step would run.
@@ -66,7 +65,7 @@ def block_saved_bytes(model: nn.Module, batch: int, sequence: int) -> dict[str, 
 
 
 def layer_formula_table(
-    model: nn.Module, batch: int, sequence: int, *, element_bytes: int, dropout: bool
+    model: CausalLM, batch: int, sequence: int, *, element_bytes: int, dropout: bool
 ) -> str:
     """One block's saved bytes: measured (dry run), the paper's eq. (1), and the derivation
     redone with this model's dtype, dropout and attention kernel."""

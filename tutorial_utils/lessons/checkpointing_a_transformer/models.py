@@ -6,16 +6,21 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import TypeAlias
 
 import torch
 import torch.nn as nn
-from peft import LoraConfig, get_peft_model
-from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig
+from peft import LoraConfig, PeftModel, get_peft_model
+from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, PreTrainedModel
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 from tutorial_utils.articles.profiles import Profile
 
 ATTENTION = "sdpa"  # what transformers picks by default, and what users run
+
+# A transformers causal LM, bare or with peft's LoRA adapters: what this lesson's functions take.
+# Not just an nn.Module: it has a ``config`` and the ``activation_checkpointing_*`` methods.
+CausalLM: TypeAlias = PreTrainedModel | PeftModel
 
 
 # -- sizes per profile ---------------------------------------------------------------------------
@@ -102,7 +107,7 @@ def small_gpt2_config(layers: int = 2, hidden: int = 128) -> GPT2Config:
 
 def build_causal_lm(
     config, device: str = "cpu", dtype: torch.dtype | None = None, seed: int = 0
-) -> nn.Module:
+) -> PreTrainedModel:
     """``AutoModelForCausalLM.from_config`` with random weights, SDPA attention, in train mode.
 
     On ``device="meta"`` nothing is allocated or initialised: a model of any size in a second.
@@ -114,12 +119,12 @@ def build_causal_lm(
 
 
 def add_lora(
-    model: nn.Module,
+    model: PreTrainedModel,
     rank: int = 8,
     targets: Sequence[str] | None = None,
     *,
     start_trained: bool = False,
-) -> nn.Module:
+) -> PeftModel:
     """LoRA adapters (``peft``) on a frozen base: only the adapters train.
 
     ``peft`` starts every adapter's B at zero, which makes A's first gradient exactly zero;
@@ -139,7 +144,7 @@ def add_lora(
     return lora
 
 
-def decoder_blocks(model: nn.Module) -> list[nn.Module]:
+def decoder_blocks(model: nn.Module) -> list[GradientCheckpointingLayer]:
     """The repeated layers ``transformers`` checkpoints (``GradientCheckpointingLayer``)."""
     blocks = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
     if not blocks:

@@ -11,10 +11,13 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 import transformers
+from peft import PeftModel
+from transformers import PreTrainedModel
 
 from tutorial_utils.checkpointing.blocks import checkpointed_blocks
 from tutorial_utils.display.tables import text_table
 from tutorial_utils.lessons.checkpointing_a_transformer.models import (
+    CausalLM,
     decoder_blocks,
 )
 from tutorial_utils.lessons.checkpointing_a_transformer.strategies import (
@@ -62,7 +65,7 @@ def _gradients(model: nn.Module, ids: torch.Tensor) -> tuple[dict, list[str], st
     return named_gradients(model), caught, error
 
 
-def lora_pitfall(model: nn.Module, sequence: int = 32, batch: int = 2) -> list[GradientCheck]:
+def lora_pitfall(model: PeftModel, sequence: int = 32, batch: int = 2) -> list[GradientCheck]:
     """Frozen base + LoRA + reentrant checkpointing, by hand and through ``transformers``.
 
     The reference is the un-checkpointed run. A hand-written reentrant wrapper around every
@@ -111,7 +114,7 @@ def lora_pitfall(model: nn.Module, sequence: int = 32, batch: int = 2) -> list[G
 
 
 @contextlib.contextmanager
-def _with_input_require_grads(base: nn.Module, blocks: list[nn.Module]) -> Iterator[None]:
+def _with_input_require_grads(base: PreTrainedModel, blocks: list[nn.Module]) -> Iterator[None]:
     base.enable_input_require_grads()
     try:
         with checkpointed_blocks(blocks, use_reentrant=True):
@@ -121,7 +124,7 @@ def _with_input_require_grads(base: nn.Module, blocks: list[nn.Module]) -> Itera
 
 
 @contextlib.contextmanager
-def _through_transformers(base: nn.Module, use_reentrant: bool) -> Iterator[None]:
+def _through_transformers(base: PreTrainedModel, use_reentrant: bool) -> Iterator[None]:
     base.activation_checkpointing_enable(
         activation_checkpointing_kwargs={"use_reentrant": use_reentrant}
     )
@@ -147,12 +150,11 @@ def pitfall_table(checks: Sequence[GradientCheck]) -> str:
     return text_table(("run", "no grad", "gradients equal the reference"), rows, "lrl")
 
 
-def checkpointing_messages(model: nn.Module, ids: torch.Tensor) -> list[str]:
+def checkpointing_messages(model: CausalLM, ids: torch.Tensor) -> list[str]:
     """What transformers and torch print when a checkpointed model is called with
     ``use_cache=True`` through the deprecated ``gradient_checkpointing_enable`` alias."""
-    messages: list[str] = []
-    handler = logging.Handler()
-    handler.emit = lambda record: messages.append(record.getMessage())
+    handler = _MessageCollector()
+    messages = handler.messages
     logger = logging.getLogger("transformers")
     logger.addHandler(handler)
     hf_logging = transformers.utils.logging
@@ -170,7 +172,18 @@ def checkpointing_messages(model: nn.Module, ids: torch.Tensor) -> list[str]:
     return [str(r.message) for r in records if r.category is FutureWarning] + messages
 
 
-def default_use_reentrant(model: nn.Module) -> bool:
+class _MessageCollector(logging.Handler):
+    """A logging handler that keeps each record's message, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def default_use_reentrant(model: CausalLM) -> bool:
     """What ``activation_checkpointing_enable()`` with no arguments passes to ``checkpoint``."""
     model.activation_checkpointing_enable()
     try:

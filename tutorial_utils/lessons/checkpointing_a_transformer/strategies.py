@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -17,6 +18,7 @@ from tutorial_utils.checkpointing.selective import (
 )
 from tutorial_utils.display.tables import columns_table, text_table
 from tutorial_utils.lessons.checkpointing_a_transformer.models import (
+    CausalLM,
     adamw,
 )
 from tutorial_utils.measurement.gradients import named_gradients
@@ -46,7 +48,7 @@ class TransformerStrategy:
             kwargs["context_fn"] = selective_context_fn(self.saved_ops)
         return kwargs
 
-    def apply(self, model: nn.Module) -> nn.Module:
+    def apply(self, model: CausalLM) -> CausalLM:
         """Switch ``model`` to this strategy (from whatever it had before)."""
         if self.offload and next(model.parameters()).device.type != "cuda":
             raise ValueError(f"{self.name!r} moves activations off a GPU: run it on CUDA")
@@ -110,7 +112,7 @@ def token_batch(batch: int, sequence: int, device: str, vocab_size: int) -> torc
 
 
 def lm_step(
-    model: nn.Module,
+    model: CausalLM,
     strategy: TransformerStrategy,
     batch: int,
     sequence: int,
@@ -141,7 +143,7 @@ def lm_step(
 
 
 def strategy_rows(
-    model: nn.Module,
+    model: CausalLM,
     menu: Sequence[TransformerStrategy],
     batch: int,
     sequence: int,
@@ -176,7 +178,7 @@ def strategy_rows(
         measured = time_interleaved(steps, repeats, sync, setups=switches)
         model.zero_grad(set_to_none=True)
         timings = [measured[index] for index in range(len(menu))]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for strategy, report, timing in zip(menu, reports, timings, strict=True):
         rows.append(
             {

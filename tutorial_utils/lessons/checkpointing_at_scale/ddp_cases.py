@@ -21,7 +21,7 @@ from tutorial_utils.lessons.checkpointing_at_scale.model import (
     single_process_gradients,
 )
 from tutorial_utils.measurement.gradients import gradients_match
-from tutorial_utils.training.distributed import RankContext, launch
+from tutorial_utils.training.distributed import DeviceType, RankContext, launch
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,10 @@ def run_ddp_cases(
         except RuntimeError as error:
             results.append(DDPCaseResult(case, ctx.rank, None, None, f"RuntimeError: {error}"))
         else:
-            gradients = {name: p.grad.detach().cpu() for name, p in model.named_parameters()}
+            gradients = {}
+            for name, p in model.named_parameters():
+                assert p.grad is not None  # the backward succeeded and every parameter is used
+                gradients[name] = p.grad.detach().cpu()
             results.append(DDPCaseResult(case, ctx.rank, loss.item(), gradients, None))
         dist.barrier()  # both ranks finish a case before the next one builds its buckets
     return results
@@ -142,7 +145,7 @@ class DDPCaseSummary:
 def compare_ddp_cases(
     config: BlockNetConfig,
     world_size: int | None = None,
-    device_type: str | None = None,
+    device_type: DeviceType | None = None,
     cases: tuple[DDPCase, ...] = DDP_CASES,
 ) -> list[DDPCaseSummary]:
     """Run every case under DDP and check each rank's gradients against one process."""

@@ -26,7 +26,7 @@ from tutorial_utils.lessons.checkpointing_at_scale.model import (
     rank_slice,
 )
 from tutorial_utils.measurement.tracker import TensorMemoryTracker
-from tutorial_utils.training.distributed import RankContext, launch
+from tutorial_utils.training.distributed import DeviceType, RankContext, launch
 from tutorial_utils.units import MB
 
 SINGLE_PROCESS = "single process"
@@ -86,6 +86,7 @@ def gradient_norm(model: nn.Module) -> float:
     sharded = False
     for p in model.parameters():
         grad = p.grad
+        assert grad is not None  # called after a step, in which every parameter got a gradient
         if isinstance(grad, DTensor):
             grad, sharded = grad.to_local(), True
         squares += grad.detach().double().pow(2).sum().cpu()
@@ -156,7 +157,7 @@ def measure_distributed_setups(
 
 
 def compare_memory(
-    config: BlockNetConfig, world_size: int | None = None, device_type: str | None = None
+    config: BlockNetConfig, world_size: int | None = None, device_type: DeviceType | None = None
 ) -> list[MemoryRecord]:
     """The single-process step here, then every distributed setup on every rank."""
     if world_size is not None:

@@ -11,6 +11,7 @@ from torch.utils.checkpoint import checkpoint
 
 from tutorial_utils.articles.profiles import Profile
 from tutorial_utils.measurement.gradients import named_gradients
+from tutorial_utils.training.distributed import DeviceType
 
 NUM_CLASSES = 10
 HIDDEN_FACTOR = 4
@@ -63,7 +64,7 @@ def sizes_for(profile: Profile, **overrides: int) -> BlockNetConfig:
     return replace(base, **overrides)
 
 
-def distributed_device_type(profile: Profile) -> str:
+def distributed_device_type(profile: Profile) -> DeviceType:
     """``cuda`` (NCCL, every visible GPU) in the GPU profiles where CUDA exists, else ``cpu`` (gloo)."""
     return "cuda" if profile.name in ("gpu", "article") and torch.cuda.is_available() else "cpu"
 
@@ -139,7 +140,9 @@ def rank_slice(
     if size % world_size:
         raise ValueError(f"a batch of {size} does not split evenly over {world_size} ranks")
     share = size // world_size
-    return tuple(t[rank * share : (rank + 1) * share] for t in batch)
+    inputs, labels = batch
+    rows = slice(rank * share, (rank + 1) * share)
+    return inputs[rows], labels[rows]
 
 
 def single_process_gradients(
@@ -149,4 +152,8 @@ def single_process_gradients(
     model = build_model(config, tied_blocks=tied_blocks)
     inputs, labels = global_batch(config)
     F.cross_entropy(model(inputs), labels).backward()
-    return named_gradients(model)
+    gradients: dict[str, torch.Tensor] = {}
+    for name, grad in named_gradients(model).items():
+        assert grad is not None  # every BlockNet parameter feeds the loss, so backward set it
+        gradients[name] = grad
+    return gradients

@@ -21,6 +21,7 @@ from tutorial_utils.lessons.checkpointing_at_scale.model import (
     BlockNetConfig,
 )
 from tutorial_utils.measurement.tracker import CATEGORIES
+from tutorial_utils.training.distributed import DeviceType
 from tutorial_utils.units import MB
 
 TABLE_COLUMNS = (  # key, heading, format: what columns_table reads from each record's row
@@ -125,7 +126,7 @@ def describe_plan(config: BlockNetConfig, world_size: int) -> str:
 def memory_comparison_panel(
     config: BlockNetConfig,
     world_size: int,
-    device_type: str,
+    device_type: DeviceType,
     title: str,
     initial_records: list[MemoryRecord] | None = None,
 ) -> widgets.VBox:

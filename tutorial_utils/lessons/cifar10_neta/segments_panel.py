@@ -99,7 +99,7 @@ def evaluate_segment_choice(
         shape = (batch_size, 3, image_size, image_size)
         reports = [
             dry_run_step(
-                build_on_meta(lambda s=s: NetA(use_checkpoint=s, use_reentrant=False)),
+                build_on_meta(functools.partial(NetA, use_checkpoint=s, use_reentrant=False)),
                 shape,
                 optimizer_factory=adam_optimizer,
             )
@@ -107,6 +107,7 @@ def evaluate_segment_choice(
         ]
         step, plain = reports
         peak, activations = step.peak_bytes, step.activation_peak_bytes
+        assert step.flops is not None and plain.flops is not None  # dry runs count FLOPs
         cost = f"FLOPs x{step.flops.overhead_vs(plain.flops):.2f} the plain step's"
     else:
         budget = card_budget(image_size, card_bytes)

@@ -221,7 +221,11 @@ def gradient_gap(strategy: Strategy, inputs: torch.Tensor, targets: torch.Tensor
     def gradients(chosen: Strategy) -> list[torch.Tensor]:
         model = chosen.build(device=inputs.device).train()
         accumulate_gradients(model, inputs, targets, chosen.micro_batches)
-        return [p.grad for p in model.parameters()]
+        grads = []
+        for p in model.parameters():
+            assert p.grad is not None  # every NetA parameter feeds the loss, so backward set it
+            grads.append(p.grad)
+        return grads
 
     return relative_gap(gradients(strategy), gradients(PLAIN))
 
@@ -272,9 +276,9 @@ def train_strategies(
         run = StrategyTraining(strategy.label)
         for _ in range(epochs):
             for inputs, targets in batches:
-                run.losses.append(
-                    train_step(model, optimizer, inputs, targets, strategy.micro_batches)
-                )
+                loss = train_step(model, optimizer, inputs, targets, strategy.micro_batches)
+                assert loss is not None  # None only on the meta device; training uses real data
+                run.losses.append(loss)
                 run.stats.append(running_stats(model))
         run.test_accuracy, run.test_loss = test_model(model, test_loader, loss_fn, device)
         _, run.recent_eval_loss = test_model(model, batches[-LOSS_WINDOW:], loss_fn, device)

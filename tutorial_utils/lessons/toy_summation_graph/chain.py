@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn as nn
@@ -160,16 +161,20 @@ def compare_with_model(
     """Pair each measured sweep record with ``sequential_cost`` of the same segment count."""
     if unit_bytes <= 0:
         raise ValueError(f"unit_bytes must be positive, got {unit_bytes}")
-    return [
-        ModelComparison(
-            segments=record.segments,
-            model_units=sequential_cost(n_blocks, record.segments).peak_activations,
-            measured_units=record.breakdown["activations"] / unit_bytes,
-            peak_bytes=record.peak_bytes,
-            breakdown=dict(record.breakdown),
+    comparisons = []
+    for record in records:
+        # a sweep of segment counts, never strategies (sequential_cost raises for a non-int)
+        segments = cast(int, record.segments)
+        comparisons.append(
+            ModelComparison(
+                segments=segments,
+                model_units=sequential_cost(n_blocks, segments).peak_activations,
+                measured_units=record.breakdown["activations"] / unit_bytes,
+                peak_bytes=record.peak_bytes,
+                breakdown=dict(record.breakdown),
+            )
         )
-        for record in records
-    ]
+    return comparisons
 
 
 def forward_peak_bytes(
@@ -206,4 +211,8 @@ def predicted_time_ratios(
     recomputation alone predicts."""
     flops = {count: dry_run_step(model, input_shape, count).flops for count in segment_counts}
     plain = dry_run_step(model, input_shape, 0).flops
-    return {count: step.overhead_vs(plain) for count, step in flops.items()}
+    ratios = {}
+    for count, step in flops.items():
+        assert step is not None and plain is not None  # a dry run counts FLOPs
+        ratios[count] = step.overhead_vs(plain)
+    return ratios

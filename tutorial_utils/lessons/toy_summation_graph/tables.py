@@ -134,7 +134,9 @@ def measured_vs_model_table(
     return text_table(header, rows, "rrrrrll")
 
 
-def no_grad_table(chain: nn.Module, inputs: torch.Tensor, segments: int, unit_bytes: int) -> str:
+def no_grad_table(
+    chain: nn.Sequential, inputs: torch.Tensor, segments: int, unit_bytes: int
+) -> str:
     """Forward-pass peaks in units, with and without checkpointing, recording gradients or not."""
     rows = []
     for grad_enabled, label in ((True, "recording gradients"), (False, "under torch.no_grad()")):

@@ -8,6 +8,7 @@ walking the evaluation, never asserted.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 STRATEGIES = ("keep_all", "free_as_you_go")
@@ -81,7 +82,7 @@ class SummationTree:
         return str(self.values[node])
 
 
-def tree_from_sums(leaf_values: list[int], sums: list[tuple[int, ...]]) -> SummationTree:
+def tree_from_sums(leaf_values: list[int], sums: Sequence[tuple[int, ...]]) -> SummationTree:
     """Leaves get ids 0.., each sum (a tuple of earlier ids) the next id."""
     values = list(leaf_values)
     for node_inputs in sums:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import matplotlib.pyplot as plt
 import torch
@@ -156,6 +157,7 @@ def checkpointed_flops_ratio(
     targets = torch.empty(batch_size, dtype=torch.long, device="meta")
     reports = step_timelines(model, inputs, targets, (0, segments))
     plain, checkpointed = reports["segments=0"], reports[f"segments={segments}"]
+    assert checkpointed.flops is not None and plain.flops is not None  # dry runs count FLOPs
     return checkpointed.flops.overhead_vs(plain.flops)
 
 
@@ -219,11 +221,15 @@ def format_sweep(records: Sequence[SweepRecord], chosen: int | None = None) -> s
         f"{'segments':>8} {'peak MiB':>9} {'activations MiB':>15} {time_title:>8}"
         f" {'peak/plain':>11} {ratio_title:>19}",
     ]
-    for record in sorted(records, key=lambda r: r.segments):
+    # the sweeps shown here run segment counts, never strategies: every record's segments is an int
+    for record in sorted(records, key=lambda r: cast(int, r.segments)):
         if dry:
+            assert record.flops is not None and plain.flops is not None  # dry runs count FLOPs
             work = f"{record.flops.total / 1e9:>8,.0f}"
             time_ratio = record.flops.overhead_vs(plain.flops)
         else:
+            # sweep_segments times every count of a real sweep
+            assert record.seconds is not None and plain.seconds is not None
             work, time_ratio = f"{record.seconds:>8.2f}", record.seconds / plain.seconds
         mark = "  <- chosen" if record.segments == chosen else ""
         lines.append(

@@ -55,15 +55,16 @@ class SegmentExplorer:
             else:
                 inputs, targets = self.make_batch(batch_size)
                 measured = sweep_segments(self.model, inputs, targets, missing)
-            for record in measured:
-                self.records[(scale, record.segments, batch_size)] = record
+            for segments, record in zip(missing, measured, strict=True):  # one record per count
+                self.records[(scale, segments, batch_size)] = record
         return [self.records[(scale, s, batch_size)] for s in segment_counts]
 
     def measured_at(self, batch_size: int, scale: str) -> list[SweepRecord]:
-        return sorted(
-            (r for (c, _, b), r in self.records.items() if b == batch_size and c == scale),
-            key=lambda r: r.segments,
-        )
+        return [
+            r
+            for (c, _, b), r in sorted(self.records.items(), key=lambda item: item[0][1])
+            if b == batch_size and c == scale
+        ]
 
     def show(
         self, segments: int, batch_size: int, scale: str = MACHINE_SCALE
