@@ -328,3 +328,20 @@ def test_time_plain_and_checkpointed_warms_up_then_takes_turns() -> None:
 
 def test_fresh_cuda_state_says_there_is_nothing_to_reset_off_a_gpu() -> None:
     assert vgg16_dogcat.fresh_cuda_state("cpu").startswith("cpu: no CUDA state to reset")
+
+
+def test_gradients_per_segment_reports_torch_warnings_only() -> None:
+    """A warning raised by other code during the step (a kernel's deprecation, say) is not shown."""
+    import warnings
+
+    model = vgg16_dogcat.vgg16_flat_inplace(vgg16_classifier(num_classes=2, layout="article"))
+    model = nn.Sequential(*list(model)[:6])
+    hook = model[0].register_forward_hook(lambda *_: warnings.warn("not torch's", stacklevel=1))
+    try:
+        _, messages = vgg16_dogcat.gradients_per_segment(
+            model, torch.randn(1, 3, 16, 16), 2, use_reentrant=True, input_requires_grad=False
+        )
+    finally:
+        hook.remove()
+    assert messages and all("not torch's" not in m for m in messages)
+    assert any("requires_grad" in m or "gradient" in m.lower() for m in messages)
