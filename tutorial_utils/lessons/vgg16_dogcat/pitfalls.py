@@ -66,7 +66,13 @@ def gradients_per_segment(
             )
         )
     model.zero_grad(set_to_none=True)
-    return counts, [str(w.message) for w in caught if "torch" in Path(w.filename).parts]
+    return counts, [str(w.message) for w in caught if raised_by_torch(w)]
+
+
+def raised_by_torch(warning: warnings.WarningMessage) -> bool:
+    """Raised in torch, or by torch on behalf of this module's call (``stacklevel`` names the
+    caller): not a Jupyter kernel's own deprecation that happened to fire meanwhile."""
+    return warning.filename == __file__ or "torch" in Path(warning.filename).parts
 
 
 def vgg16_flat_inplace(article_model: nn.Sequential) -> nn.Sequential:
