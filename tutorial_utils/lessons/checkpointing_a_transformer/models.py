@@ -15,6 +15,7 @@ from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, PreTrain
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 from tutorial_utils.articles.profiles import Profile
+from tutorial_utils.estimate.models import PRESETS
 
 ATTENTION = "sdpa"  # what transformers picks by default, and what users run
 
@@ -67,23 +68,12 @@ def gpt2_small_config(**overrides) -> GPT2Config:
 
 
 def llama_1b_config(**overrides) -> LlamaConfig:
-    """A Llama-3.2-1B-shaped model: 16 layers, hidden 2048, 32 query / 8 key-value heads of 64,
-    SwiGLU MLP of 8192, vocabulary 128,256, tied embeddings (1.24 B parameters)."""
-    sizes = {
-        "hidden_size": 2048,
-        "intermediate_size": 8192,
-        "num_hidden_layers": 16,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "head_dim": 64,
-        "vocab_size": 128256,
-        "max_position_embeddings": 131072,
-        "tie_word_embeddings": True,
-        "bos_token_id": 0,
-        "eos_token_id": 0,
-        "use_cache": False,
-    }
-    return LlamaConfig(**{**sizes, **overrides})
+    """Llama-3.2-1B's published shape (``estimate.models.PRESETS``, with its source): 16 layers,
+    hidden 2048, 32 query / 8 key-value heads of 64, SwiGLU MLP of 8192, vocabulary 128,256, tied
+    embeddings (1.24 B parameters); no cache, as in training."""
+    published = {k: v for k, v in PRESETS["llama-3.2-1b"].items() if k != "model_type"}
+    training = {"bos_token_id": 0, "eos_token_id": 0, "use_cache": False}
+    return LlamaConfig(**{**published, **training, **overrides})
 
 
 def small_llama_config(layers: int = 4, hidden: int = 128) -> LlamaConfig:
