@@ -160,7 +160,7 @@ def test_flops_from_a_dry_run_equal_the_real_steps():
 
 def test_estimate_bench_times_the_table_and_the_search(capsys):
     """At a small preset: four strategies dry-run, both phases timed, all of it printed."""
-    from tutorial_utils.bench import estimate_bench, print_estimate_bench
+    from tutorial_utils.estimate.timing import estimate_bench, print_estimate_bench
 
     result = estimate_bench("hf:gpt2", size=256)
     assert result.strategies == 4

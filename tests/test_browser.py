@@ -419,7 +419,7 @@ def test_notebook_runs_and_its_widgets_respond(chromium_browser, lab, notebook: 
         click_menu(page, "Edit", "Clear Outputs of All Cells")
         page.wait_for_function(OUTPUTS_CLEARED_JS)
         click_menu(page, "Run", "Run All Cells")
-        page.wait_for_function(RUN_ALL_DONE_JS, timeout=RUN_ALL_TIMEOUT_S * 1000)
+        page.wait_for_function(RUN_ALL_DONE_JS, timeout=RUN_ALL_TIMEOUT_S * 1000, polling=500)
         run_all_s = time.monotonic() - started
         assert_no_error_outputs(page, "after Run All Cells")
         problems = saved_run_problems(notebook, save_and_read(page, lab, notebook))

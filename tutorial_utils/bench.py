@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
 import time
 from collections.abc import Callable, Sequence
 
@@ -31,6 +30,7 @@ from tutorial_utils.articles.quoted import NETA_ARTICLE
 from tutorial_utils.checkpointing.segments import Segments
 from tutorial_utils.checkpointing.selective import SelectiveCheckpoint
 from tutorial_utils.display.tables import Column, columns_table
+from tutorial_utils.estimate.timing import estimate_bench, print_estimate_bench
 from tutorial_utils.measurement.batch_search import find_max_batch_size
 from tutorial_utils.measurement.devices import default_device, hardware_line
 from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step
@@ -42,6 +42,7 @@ from tutorial_utils.measurement.step import (
     measure_step,
     sweep_segments,
 )
+from tutorial_utils.measurement.timing import load_average_line
 from tutorial_utils.planning.budget import plan_checkpoints
 from tutorial_utils.planning.limits import peak_floor
 from tutorial_utils.planning.strategies import measure_strategies, strategy_menu
@@ -373,7 +374,7 @@ def bench_main(
         profile = dataclasses.replace(profile, sweep_batch_size=batch_size)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     print(f"profile: {profile.name} ({profile.description})")
-    print(f"hardware: {hardware_line(device)}; {_load_average()}")
+    print(f"hardware: {hardware_line(device)}; {load_average_line()}")
     print()
     print_dry_run_bench(dry_run_bench())
 
@@ -404,75 +405,9 @@ def bench_main(
     print()
     print(
         f"Whole bench: {time.perf_counter() - started:.0f} s on {hardware_line(device)}; "
-        f"{_load_average()}."
+        f"{load_average_line()}."
     )
     return 0
-
-
-ESTIMATE_COMMAND = "--hf-preset llama-3.1-8b --seq 4096 --lora 16 --card 24GB"
-
-
-@dataclasses.dataclass
-class EstimateBench:
-    """How long ``python -m tutorial_utils estimate`` takes: the table and the search."""
-
-    table: str
-    build_seconds: float  # the model on meta, LoRA included
-    table_seconds: float  # the strategies' dry runs
-    table_cpu_seconds: float
-    search_seconds: float
-    search_cpu_seconds: float
-    strategies: int
-
-
-def estimate_bench(model: str = "hf:llama-3.1-8b", size: int = 4096) -> EstimateBench:
-    """The estimate command's work at its acceptance size (an 8 B model, 4096 tokens, LoRA 16,
-    a 24 GB card): four strategies' dry runs, then the largest-fit search, each timed."""
-    from tutorial_utils.estimate.card import parse_card
-    from tutorial_utils.estimate.estimator import Workload, build_model, estimate, search_largest
-    from tutorial_utils.estimate.report import estimate_table
-    from tutorial_utils.estimate.strategies import DEFAULT_STRATEGIES
-
-    workload = Workload(model, batch=1, size=size, precision="bf16", lora_rank=16)
-    started = time.perf_counter()
-    built = build_model(workload)
-    build_seconds = time.perf_counter() - started
-    cpu = time.process_time()
-    result = estimate(workload, DEFAULT_STRATEGIES, parse_card("24GB"), model=built, search=False)
-    table_cpu = time.process_time() - cpu
-    cpu = time.process_time()
-    search_largest(result)
-    search_cpu = time.process_time() - cpu
-    measured = sum(1 for row in result.rows if row.report is not None)
-    assert result.seconds is not None and result.search_seconds is not None  # both just timed
-    return EstimateBench(
-        estimate_table(result),
-        build_seconds,
-        result.seconds,
-        table_cpu,
-        result.search_seconds,
-        search_cpu,
-        measured,
-    )
-
-
-def print_estimate_bench(bench: EstimateBench) -> None:
-    print(f"python -m tutorial_utils estimate {ESTIMATE_COMMAND}, in process (dry runs):")
-    print()
-    print(bench.table)
-    print()
-    print(
-        f"Estimate timings: model built on meta in {bench.build_seconds:.1f} s; the table of "
-        f"{bench.strategies} strategies in {bench.table_seconds:.1f} s "
-        f"({bench.table_cpu_seconds:.1f} s of CPU time); the largest-fit search in "
-        f"{bench.search_seconds:.1f} s ({bench.search_cpu_seconds:.1f} s of CPU time); "
-        f"{_load_average()}."
-    )
-
-
-def _load_average() -> str:
-    """Other work on the machine, which measured times include (dry runs have none)."""
-    return f"load average {os.getloadavg()[0]:.1f} (1 min)"
 
 
 def _print_timed(

@@ -11,7 +11,6 @@ a reserve (``Card``) for the CUDA context, kernels' workspaces and the allocator
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from tutorial_utils.estimate.models import (
     config_from_file,
     config_from_hub,
     preset_config,
+    trainable_parameters,
 )
 from tutorial_utils.estimate.strategies import Strategy
 from tutorial_utils.measurement.autocast import POLICIES, EmulatedAutocast
@@ -126,7 +126,7 @@ def build_model(workload: Workload, device: str = "meta") -> nn.Module:
     """The workload's model (random weights; on meta by default), with LoRA if asked."""
     kind, _, name = workload.model.partition(":")
     if kind == "hf":
-        model = build_causal_lm(load_config(name), dtype=workload.weight_dtype, device=device)
+        model = build_causal_lm(load_config(name), device, workload.weight_dtype)
     else:
         model = build_torchvision(
             name,
@@ -146,7 +146,7 @@ def make_optimizer(workload: Workload, model: nn.Module) -> torch.optim.Optimize
     ``foreach=True`` on every device: it is what a CUDA run does by default (its temporaries
     are part of the step's peak), and a dry run of it is a few ops instead of a few per tensor.
     """
-    trained = [p for p in model.parameters() if p.requires_grad]
+    trained = trainable_parameters(model)
     if workload.optimizer == "adamw":
         return torch.optim.AdamW(trained, lr=1e-4, foreach=True)
     return torch.optim.SGD(trained, lr=1e-3, momentum=0.9, foreach=True)
@@ -361,7 +361,7 @@ def largest_fit(
     Two dry runs predict a start (the peak grows about linearly in either), then
     ``largest_fitting`` confirms by dry runs that stop as soon as they pass the budget: the
     answer is measured; the line only saves trials."""
-    from tutorial_utils.measurement.batch_search import largest_fitting
+    from tutorial_utils.measurement.batch_search import largest_fitting, start_on_line
 
     lm = workload.is_language_model
     unit = 256 if lm else 1
@@ -391,7 +391,7 @@ def largest_fit(
     low, high = (train_step(model, sized(n), strategy).peak_bytes for n in (1, 2))
     if low > budget_bytes:
         return 0, 2
-    start = max(1, math.floor(1 + (budget_bytes - low) / max(high - low, 1)))
+    start = start_on_line(low, high, budget_bytes)
     best = largest_fitting(fits, limit, start=min(start, limit))
     return best * unit, trials + 2
 

@@ -13,10 +13,13 @@ import json
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.nn as nn
+
+if TYPE_CHECKING:
+    from transformers.modeling_layers import GradientCheckpointingLayer
 
 ATTENTION = "sdpa"  # what transformers picks by default, and what users run
 
@@ -146,9 +149,10 @@ def _config_from_dict(fields: dict):
 
 
 def build_causal_lm(
-    config, *, dtype: torch.dtype = torch.bfloat16, device: str = "meta", seed: int = 0
+    config, device: str = "cpu", dtype: torch.dtype | None = None, *, seed: int = 0
 ) -> nn.Module:
-    """``AutoModelForCausalLM.from_config`` (random weights, SDPA attention), in train mode.
+    """``AutoModelForCausalLM.from_config`` (random weights, SDPA attention), in train mode;
+    ``dtype`` None keeps transformers' default (float32).
 
     On ``device="meta"`` nothing is allocated or initialised: a model of any size in seconds.
     """
@@ -204,7 +208,7 @@ def default_lora_targets(model: nn.Module) -> tuple[str, ...]:
 
 def add_lora(
     model: nn.Module,
-    rank: int,
+    rank: int = 8,
     targets: Sequence[str] | None = None,
     *,
     start_trained: bool = False,
@@ -240,14 +244,26 @@ def add_lora(
     return lora
 
 
+def _decoder_layers(model: nn.Module) -> list[GradientCheckpointingLayer]:
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    return [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+
+
+def decoder_blocks(model: nn.Module) -> list[GradientCheckpointingLayer]:
+    """The repeated layers ``transformers`` checkpoints (``GradientCheckpointingLayer``)."""
+    blocks = _decoder_layers(model)
+    if not blocks:
+        raise ValueError(f"{type(model).__name__} has no GradientCheckpointingLayer blocks")
+    return blocks
+
+
 def repeated_blocks(model: nn.Module) -> list[nn.Module]:
     """The blocks a model is checkpointed by: ``transformers``' decoder layers
     (``GradientCheckpointingLayer``), or a torchvision model's residual/encoder blocks (the
     outermost modules with parameters and children of their own that sit in an
     ``nn.Sequential``: ResNet's BasicBlocks, ViT's EncoderBlocks, DenseNet's dense blocks)."""
-    from transformers.modeling_layers import GradientCheckpointingLayer
-
-    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    layers = _decoder_layers(model)
     if layers:
         return layers
     blocks: list[nn.Module] = []
@@ -267,9 +283,13 @@ def repeated_blocks(model: nn.Module) -> list[nn.Module]:
     return blocks
 
 
+def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
+    return [p for p in model.parameters() if p.requires_grad]
+
+
 def describe_model(model: nn.Module) -> str:
     total = sum(p.numel() for p in model.parameters())
-    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    trained = sum(p.numel() for p in trainable_parameters(model))
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     base = cast(Any, model).get_base_model() if hasattr(model, "get_base_model") else model
     return (

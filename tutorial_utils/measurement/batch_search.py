@@ -7,6 +7,7 @@ runs on the meta device included), or for real on CUDA under a memory-fraction c
 from __future__ import annotations
 
 import gc
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
@@ -107,6 +108,14 @@ def largest_fitting(fits: Callable[[int], bool], max_value: int, start: int = 1)
         else:
             fails_at = middle
     return fits_at
+
+
+def start_on_line(peak_at_one: int, peak_at_two: int, budget_bytes: int) -> int:
+    """Where to start ``largest_fitting`` when the peak grows about linearly in the size (a
+    batch, or a sequence once attention keeps no s x s matrix): the line through the peaks of
+    two steps, at 1 and 2 units, meets the budget here. A prediction that only saves trials."""
+    slope = max(peak_at_two - peak_at_one, 1)
+    return max(1, math.floor(1 + (budget_bytes - peak_at_one) / slope))
 
 
 def find_max_batch_size(

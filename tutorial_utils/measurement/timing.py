@@ -10,6 +10,7 @@ of the machine lands on all of them instead of on whichever ran during it.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -131,3 +132,8 @@ def one_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+def load_average_line() -> str:
+    """Other work on the machine, which measured times include (dry runs have none)."""
+    return f"load average {os.getloadavg()[0]:.1f} (1 min)"

@@ -8,6 +8,14 @@ Pareto plot and sliders), ``layer_memory`` (one block against Korthikanti et al.
 attention kernel check), ``pitfalls`` and ``reach`` (the longest sequence on a card); the
 notebook imports every name from here."""
 
+from tutorial_utils.estimate.models import (
+    ATTENTION,
+    add_lora,
+    build_causal_lm,
+    decoder_blocks,
+    describe_model,
+    trainable_parameters,
+)
 from tutorial_utils.lessons.checkpointing_a_transformer.explorer import (
     KIND_STYLES,
     StrategyExplorer,
@@ -20,20 +28,14 @@ from tutorial_utils.lessons.checkpointing_a_transformer.layer_memory import (
     layer_formula_table,
 )
 from tutorial_utils.lessons.checkpointing_a_transformer.models import (
-    ATTENTION,
     SIZES,
     Sizes,
     adamw,
-    add_lora,
-    build_causal_lm,
-    decoder_blocks,
-    describe_model,
     gpt2_small_config,
     llama_1b_config,
     sizes_for,
     small_gpt2_config,
     small_llama_config,
-    trainable_parameters,
 )
 from tutorial_utils.lessons.checkpointing_a_transformer.pitfalls import (
     GradientCheck,

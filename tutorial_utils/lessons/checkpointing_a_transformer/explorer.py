@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 
 from tutorial_utils.display.plotting import figure_subtitle
 from tutorial_utils.display.widgets import RunPanel, batch_size_slider, int_slider
-from tutorial_utils.lessons.checkpointing_a_transformer.models import (
+from tutorial_utils.estimate.models import (
     decoder_blocks,
 )
 from tutorial_utils.lessons.checkpointing_a_transformer.strategies import (

@@ -6,10 +6,12 @@ from __future__ import annotations
 import contextlib
 
 from tutorial_utils.display.tables import text_table
-from tutorial_utils.lessons.checkpointing_a_transformer.models import (
-    CausalLM,
+from tutorial_utils.estimate.models import (
     build_causal_lm,
     decoder_blocks,
+)
+from tutorial_utils.lessons.checkpointing_a_transformer.models import (
+    CausalLM,
 )
 from tutorial_utils.lessons.checkpointing_a_transformer.strategies import (
     TransformerStrategy,

@@ -1,23 +1,18 @@
 """Notebook 06's models: GPT-2 small and a Llama-3.2-1B-shaped model from their configs (random
-weights, nothing downloaded), LoRA on a frozen base, and the sizes each profile runs."""
+weights, nothing downloaded), and the sizes each profile runs. Building them, LoRA and the blocks
+checkpointing wraps come from ``estimate.models``, which notebook 07 uses for your own model."""
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TypeAlias
 
 import torch
-import torch.nn as nn
-from peft import LoraConfig, PeftModel, get_peft_model
-from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, PreTrainedModel
-from transformers.modeling_layers import GradientCheckpointingLayer
+from peft import PeftModel
+from transformers import GPT2Config, LlamaConfig, PreTrainedModel
 
 from tutorial_utils.articles.profiles import Profile
 from tutorial_utils.estimate.models import PRESETS
-
-ATTENTION = "sdpa"  # what transformers picks by default, and what users run
 
 # A transformers causal LM, bare or with peft's LoRA adapters: what this lesson's functions take.
 # Not just an nn.Module: it has a ``config`` and the ``activation_checkpointing_*`` methods.
@@ -95,68 +90,6 @@ def small_gpt2_config(layers: int = 2, hidden: int = 128) -> GPT2Config:
     return gpt2_small_config(n_layer=layers, n_embd=hidden, n_head=4, vocab_size=1000)
 
 
-def build_causal_lm(
-    config, device: str = "cpu", dtype: torch.dtype | None = None, seed: int = 0
-) -> PreTrainedModel:
-    """``AutoModelForCausalLM.from_config`` with random weights, SDPA attention, in train mode.
-
-    On ``device="meta"`` nothing is allocated or initialised: a model of any size in a second.
-    """
-    torch.manual_seed(seed)
-    with torch.device(device):
-        model = AutoModelForCausalLM.from_config(config, attn_implementation=ATTENTION, dtype=dtype)
-    return model.train()
-
-
-def add_lora(
-    model: PreTrainedModel,
-    rank: int = 8,
-    targets: Sequence[str] | None = None,
-    *,
-    start_trained: bool = False,
-) -> PeftModel:
-    """LoRA adapters (``peft``) on a frozen base: only the adapters train.
-
-    ``peft`` starts every adapter's B at zero, which makes A's first gradient exactly zero;
-    ``start_trained`` draws B as after some training, so every adapter has a gradient to compare.
-    """
-    targets = list(targets or ["q_proj", "k_proj", "v_proj", "o_proj"])
-    config = LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=targets, lora_dropout=0.0)
-    with warnings.catch_warnings():  # peft reads a property transformers has renamed
-        warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated")
-        lora = get_peft_model(model, config)
-    if start_trained:
-        generator = torch.Generator().manual_seed(0)
-        with torch.no_grad():
-            for name, parameter in lora.named_parameters():
-                if "lora_B" in name:
-                    parameter.copy_(0.02 * torch.randn(parameter.shape, generator=generator))
-    return lora
-
-
-def decoder_blocks(model: nn.Module) -> list[GradientCheckpointingLayer]:
-    """The repeated layers ``transformers`` checkpoints (``GradientCheckpointingLayer``)."""
-    blocks = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
-    if not blocks:
-        raise ValueError(f"{type(model).__name__} has no GradientCheckpointingLayer blocks")
-    return blocks
-
-
-def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
-    return [p for p in model.parameters() if p.requires_grad]
-
-
 def adamw(parameters) -> torch.optim.Optimizer:
     """Fine-tuning's optimizer: AdamW over the parameters that train."""
     return torch.optim.AdamW([p for p in parameters if p.requires_grad], lr=1e-4)
-
-
-def describe_model(model: nn.Module) -> str:
-    total = sum(p.numel() for p in model.parameters())
-    trained = sum(p.numel() for p in trainable_parameters(model))
-    dtype = next(model.parameters()).dtype
-    blocks = len(decoder_blocks(model))
-    return (
-        f"{type(model).__name__}: {total / 1e6:,.1f} M parameters ({trained / 1e6:,.2f} M trained), "
-        f"{blocks} decoder blocks, {str(dtype).removeprefix('torch.')}, attention {ATTENTION}"
-    )

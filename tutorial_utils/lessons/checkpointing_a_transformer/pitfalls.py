@@ -16,9 +16,11 @@ from transformers import PreTrainedModel
 
 from tutorial_utils.checkpointing.blocks import checkpointed_blocks
 from tutorial_utils.display.tables import text_table
+from tutorial_utils.estimate.models import (
+    decoder_blocks,
+)
 from tutorial_utils.lessons.checkpointing_a_transformer.models import (
     CausalLM,
-    decoder_blocks,
 )
 from tutorial_utils.lessons.checkpointing_a_transformer.strategies import (
     token_batch,

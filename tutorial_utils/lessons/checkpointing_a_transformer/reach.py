@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -13,7 +12,7 @@ from tutorial_utils.lessons.checkpointing_a_transformer.strategies import (
     TransformerStrategy,
     lm_step,
 )
-from tutorial_utils.measurement.batch_search import largest_fitting
+from tutorial_utils.measurement.batch_search import largest_fitting, start_on_line
 from tutorial_utils.measurement.tracker import MemoryLimitExceeded
 
 # -- how far it goes ------------------------------------------------------------------------------
@@ -50,7 +49,6 @@ def longest_sequences(
     if not budgets or min(budgets.values()) <= 0 or unit < 2:
         raise ValueError(f"need positive budgets_bytes and unit >= 2, got {budgets}, {unit}")
     low, high = (lm_step(model, strategy, batch, n * unit).peak_bytes for n in (1, 2))
-    slope = max(high - low, 1)
     fits = []
     for card, budget in budgets.items():
         peaks: dict[int, int] = {}  # units -> peak bytes of the trials that fit
@@ -65,7 +63,7 @@ def longest_sequences(
             peaks[units] = report.peak_bytes
             return True
 
-        start = max(1, math.floor(1 + (budget - low) / slope))
+        start = start_on_line(low, high, budget)
         best = largest_fitting(fits_in, max_sequence // unit, start=start)
         fits.append(Fit(strategy.name, card, budget, best * unit, peaks.get(best), len(tried)))
     return fits
