@@ -128,5 +128,5 @@ def test_test_with_chromium_leaves_the_notebooks_to_the_browser_test(tmp_path) -
     result = _run(root, bin_dir, "scripts/test", "-k", "x")
     assert result.returncode == 0, result.stderr
     pytest_call = log.read_text().splitlines()[-1]
-    assert pytest_call.endswith("--dist loadscope tests -k x")  # each notebook runs once, in Lab
+    assert pytest_call.endswith("--no-loadscope-reorder tests -k x")  # each notebook once, in Lab
     assert "nbval" not in pytest_call

@@ -268,13 +268,15 @@ def plot_plan(profile: ModelProfile, plan: Plan, title: str, subtitle: str | Non
     ax.bar(range(len(profile)), [b / MB for b in profile.kept_bytes_per_layer()], color=colors)
     ax.set_xticks(range(len(profile)))
     ax.set_xticklabels([layer.name for layer in profile.layers], rotation=90, fontsize=6)
-    ax.set_ylabel("kept for backward\nwithout checkpointing (MB)")
+    ax.set_ylabel("kept for backward\nwithout checkpointing (MiB)")
     ax.legend(
         handles=[
             Patch(color=CHECKPOINTED_COLOR, label="checkpointed: recomputed in backward"),
             Patch(color=KEPT_COLOR, label="kept: saved in forward"),
         ],
         fontsize=8,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1),  # beside the bars: "best" moved with the title's length
     )
     added = (plan.predicted_peak_bytes - plan.baseline_bytes) / MB
     fig.suptitle(
