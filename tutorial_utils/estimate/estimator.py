@@ -183,9 +183,11 @@ def train_step(
     limit_bytes: int | None = None,
     autocast: EmulatedAutocast | None = None,
     round_to_blocks: bool = False,
+    record_timeline: bool = False,
 ) -> StepReport:
     """One tracked training step of ``model`` (meta: a dry run; elsewhere: real) under
-    ``strategy``, with the workload's optimizer and precision."""
+    ``strategy``, with the workload's optimizer and precision (``record_timeline``: live bytes
+    after every op, to compare two steps op by op)."""
     device = next(model.parameters()).device.type
     inputs, targets = batch_for(workload, model, device)
     autocast = autocast if autocast is not None else workload.autocast()
@@ -203,6 +205,7 @@ def train_step(
             limit_bytes=limit_bytes,
             autocast=autocast,
             round_to_blocks=round_to_blocks,
+            record_timeline=record_timeline,
         )
 
 

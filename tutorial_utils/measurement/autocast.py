@@ -201,6 +201,15 @@ class EmulatedAutocast:
             cache[id(value)] = (value, value.to(dtype))
         return cache[id(value)][1]
 
+    def _cast_last_first(self, args: tuple, kwargs: dict, dtype: torch.dtype) -> tuple[tuple, dict]:
+        """Every argument cast, the last one first, as PyTorch's autocast wrapper does: it casts
+        them inside a C++ call's argument list, which GCC (the Linux wheels, CUDA's included)
+        evaluates right to left. The order decides which cast copy is alive first, so a peak
+        that falls between two casts matches to the byte."""
+        cast_kwargs = {k: self._cast(v, dtype) for k, v in reversed(kwargs.items())}
+        cast_args = [self._cast(v, dtype) for v in reversed(args)]
+        return tuple(reversed(cast_args)), {k: cast_kwargs[k] for k in kwargs}
+
     def _kernel(self, name: str, policy: str) -> Callable:
         op = _overload(name)
         dtype_index = next(
@@ -225,8 +234,7 @@ class EmulatedAutocast:
                         args, kwargs = _set_dtype(op, dtype_index, args, kwargs)
                     return op(*args, **kwargs)
                 if target is not None:
-                    args = self._cast(args, target)
-                    kwargs = {k: self._cast(v, target) for k, v in kwargs.items()}
+                    args, kwargs = self._cast_last_first(args, kwargs, target)
                 return op(*args, **kwargs)
 
         return kernel
