@@ -6,6 +6,7 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
+from tutorial_utils import plan_checkpoints
 from tutorial_utils.checkpointing.segments import segment_boundaries
 from tutorial_utils.lessons.toy_summation_graph import (
     CONVENTIONS,
@@ -36,6 +37,7 @@ from tutorial_utils.lessons.toy_summation_graph import (
     peak_growth,
     peak_index,
     peak_memory,
+    schedules_table,
     sequential_cost,
 )
 from tutorial_utils.measurement.step import sweep_segments
@@ -338,3 +340,24 @@ def test_one_thread_restores_the_thread_count():
     with one_thread():
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
+
+
+def test_a_nested_schedule_fits_below_one_levels_least_peak_and_says_its_price():
+    torch.manual_seed(0)
+    chain = equal_blocks_chain(16, 64)  # notebook 01's chain in the ci profile
+    inputs, targets = torch.randn(1024, 64), torch.randint(0, 64, (1024,))
+    unit = 1024 * 64 * 4
+    one_level = plan_checkpoints(chain, inputs)
+    assert set(one_level.runs) == {1, 2} and len(one_level.runs) == len(chain)
+    nested = plan_checkpoints(chain, inputs, one_level.measured_peak_bytes - unit, nested=True)
+    assert max(nested.runs) >= 3
+    forwards = {
+        "one level": lambda x: one_level.forward(chain, x),
+        "nested": lambda x: nested.forward(chain, x),
+    }
+    runs = {"one level": one_level.runs, "nested": nested.runs}
+    lines = schedules_table(chain, forwards, runs, inputs, targets, unit).splitlines()
+    one, deep = (line.split()[-4:] for line in lines[1:])  # the columns after the name
+    assert float(deep[0]) < float(one[0])  # peak in units, measured
+    assert int(deep[1]) == max(nested.runs) and float(deep[2]) > float(one[2])
+    assert one[3] == deep[3] == "True"  # gradients bitwise equal

@@ -169,7 +169,7 @@ def nested_table(result: dict) -> str:
     ]
     for name, plan in result["plans"].items():
         peak = result["reports"][name].activation_peak_bytes
-        runs = max(plan.runs) if hasattr(plan, "runs") else 2
+        runs = max(plan.runs)
         lines.append(
             f"{name:<10}  {peak / MB:>19,.1f}  {peak / base:>12.2f}  "
             f"{plan.recompute_flops / result['forward_flops']:>26.2f}  {runs}"

@@ -292,6 +292,16 @@ class Plan:
     def checkpointed_segments(self) -> int:
         return sum(checkpointed for _, _, checkpointed in self.boundaries)
 
+    @property
+    def runs(self) -> tuple[int, ...]:
+        """How many times each module runs per step: twice where checkpointed (as
+        ``NestedPlan.runs``, where it may be more)."""
+        return tuple(
+            2 if checkpointed else 1
+            for start, end, checkpointed in self.boundaries
+            for _ in range(start, end)
+        )
+
     def forward(
         self,
         model: nn.Sequential,

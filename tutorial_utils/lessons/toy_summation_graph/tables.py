@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import torch
 import torch.nn as nn
@@ -10,6 +10,7 @@ import torch.nn as nn
 from tutorial_utils.display.tables import text_table
 from tutorial_utils.lessons.toy_summation_graph.chain import (
     ModelComparison,
+    backward_peak_and_gradients,
     every_kth_layer_cost,
     forward_peak_bytes,
     optimal_k,
@@ -146,4 +147,33 @@ def no_grad_table(
         ]
         rows.append((label, f"{peaks[0]:.2f}", f"{peaks[1]:.2f}"))
     header = ("forward pass (peak in units)", "no checkpointing", f"{segments} segments")
+    return text_table(header, rows)
+
+
+def schedules_table(
+    chain: nn.Sequential,
+    forwards: Mapping[str, Callable[[torch.Tensor], torch.Tensor]],
+    runs: Mapping[str, Sequence[int]],
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    unit_bytes: int,
+) -> str:
+    """Each way of running ``chain``: its backward peak in units (measured), how often its most
+    recomputed module runs and the forward passes it recomputes (counted from the schedule),
+    and whether its gradients equal the plain run's bit for bit."""
+    _, plain_gradients = backward_peak_and_gradients(chain, chain, inputs, targets)
+    rows = []
+    for name, forward in forwards.items():
+        peak, gradients = backward_peak_and_gradients(chain, forward, inputs, targets)
+        same = all(torch.equal(gradients[k], plain_gradients[k]) for k in plain_gradients)
+        counts = runs[name]
+        recomputed = (sum(counts) - len(counts)) / len(counts)
+        rows.append((name, f"{peak / unit_bytes:.2f}", max(counts), f"{recomputed:.2f}", same))
+    header = (
+        "forward",
+        "peak in units",
+        "most runs of a module",
+        "forward passes recomputed",
+        "gradients bitwise equal",
+    )
     return text_table(header, rows)
