@@ -30,6 +30,7 @@ from tutorial_utils.planning.planner import (
 from tutorial_utils.planning.profile import profile_sequential
 from tutorial_utils.planning.strategies import measure_strategies, strategy_menu
 from tutorial_utils.training.loop import train_model
+from tutorial_utils.units import MB
 
 aten = torch.ops.aten
 TOLERANCE = 0.15
@@ -282,6 +283,22 @@ def test_budget_explorer_replans_when_the_slider_moves(chain):
     assert explorer.output.outputs != first
     refusal = explorer.explore(0.0)
     assert isinstance(refusal, str) and "smallest peak any plan reaches" in refusal
+
+
+def test_budget_explorer_plans_nested_below_one_levels_least_peak(chain):
+    model, x, _ = chain
+    profile = profile_sequential(model, x)
+    explorer = BudgetExplorer(profile, "chain")
+    least = plan_from_profile(profile)
+    below = (least.predicted_peak_bytes - profile.baseline_bytes) / MB - 0.5
+    assert isinstance(explorer.explore(below), str)  # one level cannot
+    figure, text = explorer.explore(below, nested=True)
+    assert "NestedPlan" in text and "runs per module" in text
+    labels = [t.get_text() for t in figure.axes[0].get_legend().get_texts()]
+    assert any(label.startswith("nested") for label in labels)
+    before = explorer.output.outputs
+    explorer.nested.value = True
+    assert explorer.output.outputs != before
 
 
 def test_pareto_front_keeps_only_undominated_rows():

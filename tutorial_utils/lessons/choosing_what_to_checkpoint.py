@@ -31,7 +31,12 @@ from tutorial_utils.display.widgets import budget_slider, result_outputs
 from tutorial_utils.measurement.dry_run import dry_run_step
 from tutorial_utils.measurement.timing import time_verdict
 from tutorial_utils.planning.limits import PeakFloor
-from tutorial_utils.planning.nested import nested_from_profile, one_level_schedule, simulate
+from tutorial_utils.planning.nested import (
+    NestedPlan,
+    nested_from_profile,
+    one_level_schedule,
+    simulate,
+)
 from tutorial_utils.planning.planner import Plan, evaluate_plan, plan_from_profile
 from tutorial_utils.planning.profile import ModelProfile
 from tutorial_utils.units import MB
@@ -45,7 +50,13 @@ KIND_STYLES = {
     "offload": ("#8172b3", "v"),
     "nested": ("#937860", "P"),
 }
-CHECKPOINTED_COLOR, KEPT_COLOR = "#c6d4e8", "#dd8452"
+CHECKPOINTED_COLOR, KEPT_COLOR, NESTED_COLOR = "#c6d4e8", "#dd8452", "#4c72b0"
+RUNS_COLORS = {1: KEPT_COLOR, 2: CHECKPOINTED_COLOR, 3: NESTED_COLOR}  # runs of a module per step
+RUNS_LABELS = {
+    1: "kept: saved in forward",
+    2: "checkpointed: recomputed once in backward",
+    3: "nested: recomputed two or more times",
+}
 
 
 @dataclass(frozen=True)
@@ -255,33 +266,33 @@ def plot_pareto(
     return fig
 
 
-def plot_plan(profile: ModelProfile, plan: Plan, title: str, subtitle: str | None = None) -> Figure:
-    """Per-layer activation bytes as bars, coloured by whether their segment is checkpointed."""
+def plot_plan(
+    profile: ModelProfile, plan: Plan | NestedPlan, title: str, subtitle: str | None = None
+) -> Figure:
+    """Per-layer activation bytes as bars, coloured by how many times each module runs per step:
+    once (its activations kept), twice (checkpointed once) or more (nested checkpoints)."""
     fig, ax = plt.subplots(figsize=(9, 3.8))
     plt.close(fig)
-    colors: list[str | None] = [None] * len(profile)
-    for start, end, checkpointed in plan.boundaries:
-        for m in range(start, end):
-            colors[m] = CHECKPOINTED_COLOR if checkpointed else KEPT_COLOR
+    colors = [RUNS_COLORS[min(runs, 3)] for runs in plan.runs]
+    for start, _, _ in plan.boundaries:
         if start:
             ax.axvline(start - 0.5, color="black", linewidth=0.8, linestyle="--")
     ax.bar(range(len(profile)), [b / MB for b in profile.kept_bytes_per_layer()], color=colors)
     ax.set_xticks(range(len(profile)))
     ax.set_xticklabels([layer.name for layer in profile.layers], rotation=90, fontsize=6)
     ax.set_ylabel("kept for backward\nwithout checkpointing (MiB)")
+    shown = sorted({min(runs, 3) for runs in plan.runs})
     ax.legend(
-        handles=[
-            Patch(color=CHECKPOINTED_COLOR, label="checkpointed: recomputed in backward"),
-            Patch(color=KEPT_COLOR, label="kept: saved in forward"),
-        ],
+        handles=[Patch(color=RUNS_COLORS[runs], label=RUNS_LABELS[runs]) for runs in shown],
         fontsize=8,
         loc="upper left",
         bbox_to_anchor=(1.01, 1),  # beside the bars: "best" moved with the title's length
     )
     added = (plan.predicted_peak_bytes - plan.baseline_bytes) / MB
+    most = f", most runs of a module {max(plan.runs)}" if max(plan.runs) > 2 else ""
     fig.suptitle(
         f"{title}: predicted {added:.1f} MiB above parameters and batch, "
-        f"{plan.recompute_label()}\n{subtitle or figure_subtitle()}",
+        f"{plan.recompute_label()}{most}\n{subtitle or figure_subtitle()}",
         fontsize=10,
     )
     fig.tight_layout()
@@ -289,10 +300,11 @@ def plot_plan(profile: ModelProfile, plan: Plan, title: str, subtitle: str | Non
 
 
 class BudgetExplorer:
-    """A budget slider (MB of gradients + activations) that re-plans and redraws on every change.
+    """A budget slider (MB of gradients + activations) that re-plans and redraws on every change,
+    one level or nested (a checkbox).
 
-    ``explore(budget_mb)`` is the callback as a plain function: it returns the figure and the
-    plan's table, or the planner's error message when the budget cannot be met.
+    ``explore(budget_mb, nested)`` is the callback as a plain function: it returns the figure
+    and the plan's table, or the planner's error message when the budget cannot be met.
     """
 
     def __init__(self, profile: ModelProfile, title: str):
@@ -308,22 +320,27 @@ class BudgetExplorer:
             min_mb=max(1.0, float(int(low) - 1)),
             description="budget: gradients + activations (MB)",
         )
+        self.nested = widgets.Checkbox(
+            value=False, description="nested: modules may run 3+ times", indent=False
+        )
         self.output = widgets.Output()
-        self.widget = widgets.VBox([self.slider, self.output])
-        self.slider.observe(lambda change: self.show(change["new"]), names="value")
-        self.show(self.slider.value)
+        self.widget = widgets.VBox([widgets.HBox([self.slider, self.nested]), self.output])
+        self.slider.observe(lambda _: self.show(), names="value")
+        self.nested.observe(lambda _: self.show(), names="value")
+        self.show()
 
-    def explore(self, budget_mb: float) -> tuple[Figure, str] | str:
+    def explore(self, budget_mb: float, nested: bool = False) -> tuple[Figure, str] | str:
         budget = self.profile.baseline_bytes + int(budget_mb * MB)
+        planner = nested_from_profile if nested else plan_from_profile
         try:
-            plan = plan_from_profile(self.profile, budget)
+            plan = planner(self.profile, budget)
         except ValueError as error:
             return f"budget {budget_mb:.0f} MiB: {error}"
         figure = plot_plan(self.profile, plan, f"{self.title}, budget {budget_mb:.0f} MiB")
         return figure, f"budget {budget_mb:.0f} MiB added -> {plan}\n{plan.describe()}"
 
-    def show(self, budget_mb: float) -> None:
-        self.output.outputs = result_outputs(self.explore(budget_mb))
+    def show(self) -> None:
+        self.output.outputs = result_outputs(self.explore(self.slider.value, self.nested.value))
 
 
 TABLE_COLUMNS = (
