@@ -27,7 +27,10 @@ from tutorial_utils.units import MB
 
 @pytest.fixture(scope="module")
 def dry():
-    return bench.dry_run_bench()
+    return bench.dry_run_bench(deep_chain_pairs=DEEP_PAIRS)  # the bench's 128 take half a minute
+
+
+DEEP_PAIRS = 24
 
 
 def _rows(dry, model: str) -> dict[str, dict]:
@@ -83,7 +86,8 @@ def test_dry_run_rows_cover_every_setting_and_are_labelled(dry):
     assert all(any(label.startswith(kind) for label in flat) for kind in kinds)
     assert neta[:4] == [(b, s) for b in (23, 31) for s in ("none", NETA_CHECKPOINTED)]
     assert [s.split(",")[0] for _, s in neta[4:]] == ["none", NETA_CHECKPOINTED]
-    assert len(dry.rows) == len(article) + len(flat) + len(neta)
+    deep = _rows(dry, bench.deep_chain_name(DEEP_PAIRS))
+    assert len(dry.rows) == len(article) + len(flat) + len(neta) + len(deep)
     assert all(row["batch"] == 64 for row in [*article.values(), *flat.values()])
     for row in dry.rows:
         is_floor = row["checkpointing"].startswith("floor")
@@ -169,3 +173,14 @@ def test_estimate_bench_times_the_table_and_the_search(capsys):
     print_estimate_bench(result)
     out = capsys.readouterr().out
     assert "the table of 4 strategies in" in out and "largest-fit search in" in out
+
+
+def test_deep_chain_rows_show_nested_below_one_level_within_one_forward_pass(dry):
+    rows = _rows(dry, bench.deep_chain_name(DEEP_PAIRS))
+    assert len(rows) == 3
+    plain = rows["none"]
+    one = next(row for label, row in rows.items() if label.startswith("one level"))
+    nested = next(row for label, row in rows.items() if label.startswith("nested"))
+    assert nested["activation_peak_mb"] < one["activation_peak_mb"] < plain["activation_peak_mb"]
+    assert one["flops_ratio"] < nested["flops_ratio"] <= one["flops_ratio"] + 1 / 3 + 1e-9
+    assert "(runs 2x)" in next(label for label in rows if label.startswith("one level"))

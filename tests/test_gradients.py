@@ -7,6 +7,7 @@ import torch.nn as nn
 
 from tutorial_utils.measurement.gradients import (
     compare_gradients,
+    gradients_identical,
     gradients_match,
     named_gradients,
     parameter_gradients,
@@ -50,3 +51,12 @@ def test_named_gradients_marks_a_parameter_without_gradient() -> None:
     gradients = named_gradients(model)
     assert "0.weight" not in gradients  # frozen: not asked for
     assert gradients["0.bias"] is None and gradients["1.weight"] is not None
+
+
+def test_identical_means_bit_for_bit_and_the_same_missing_gradients():
+    a = torch.tensor([1.0, 2.0])
+    nudged = a + torch.tensor([0.0, 1e-7])
+    assert gradients_identical({"w": a, "b": None}, {"w": a.clone(), "b": None})
+    assert not gradients_identical({"w": a}, {"w": nudged})  # within tolerance, not identical
+    assert not gradients_identical({"w": a, "b": None}, {"w": a, "b": a})
+    assert not gradients_identical({"w": a}, {"v": a})

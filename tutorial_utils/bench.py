@@ -31,6 +31,10 @@ from tutorial_utils.checkpointing.segments import Segments
 from tutorial_utils.checkpointing.selective import SelectiveCheckpoint
 from tutorial_utils.display.tables import Column, columns_table
 from tutorial_utils.estimate.timing import estimate_bench, print_estimate_bench
+from tutorial_utils.lessons.choosing_what_to_checkpoint import (
+    deep_tanh_chain,
+    one_level_against_nested,
+)
 from tutorial_utils.measurement.batch_search import find_max_batch_size
 from tutorial_utils.measurement.devices import default_device, hardware_line
 from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step
@@ -45,6 +49,7 @@ from tutorial_utils.measurement.step import (
 from tutorial_utils.measurement.timing import load_average_line
 from tutorial_utils.planning.budget import plan_checkpoints
 from tutorial_utils.planning.limits import peak_floor
+from tutorial_utils.planning.profile import profile_sequential
 from tutorial_utils.planning.strategies import measure_strategies, strategy_menu
 from tutorial_utils.units import MB, ratio
 
@@ -57,6 +62,7 @@ ARTICLE_SIDE, ARTICLE_BATCH = 224, 64  # the first article's VGG16 step
 SELECTIVE_REGIONS = (4, 6, 10)
 NETA_ARTICLE_BATCHES = (23, 31)  # the second article's largest batches, plain and checkpointed
 ARTICLE_CARD_BYTES = NETA_ARTICLE.card_bytes
+DEEP_CHAIN_PAIRS, DEEP_CHAIN_BATCH = 128, 4096  # issue 23's chain: 257 modules
 
 VGG16_ARTICLE, VGG16_FLAT = "VGG16 (article, 10 modules)", "VGG16 (flat, 40 modules)"
 NETA_CHECKPOINTED = f"{NETA_SEGMENTS} checkpointed segments"
@@ -262,13 +268,38 @@ def neta_dry_run_rows() -> tuple[list[dict], dict[str, int]]:
     return rows, largest
 
 
-def dry_run_bench() -> DryRunBench:
-    """Every dry-run row at the articles' sizes, timed (wall and CPU)."""
+def deep_chain_name(pairs: int) -> str:
+    return f"deep chain ({2 * pairs + 1} modules)"
+
+
+def deep_chain_dry_run_rows(pairs: int = DEEP_CHAIN_PAIRS) -> list[dict]:
+    """Where one level is not enough: ``pairs`` x (Linear(256, 256), Tanh) and a head at batch
+    ``DEEP_CHAIN_BATCH``, without checkpointing, the one-level plan of least peak, and the
+    nested plan of least activation memory within one extra forward pass of recompute."""
+    chain = build_on_meta(lambda: deep_tanh_chain(pairs))
+    shape = (DEEP_CHAIN_BATCH, 256)
+    profile = profile_sequential(chain, torch.empty(shape, device="meta"))
+    comparison = one_level_against_nested(chain, shape, profile)
+    name = deep_chain_name(pairs)
+    labels = {
+        "one level": "one level, least peak",
+        "nested": "nested, least peak within one forward pass more",
+    }
+    rows = [_row(name, "none", dry_run_step(chain, shape, 0))]
+    for key, label in labels.items():
+        runs = max(comparison["plans"][key].runs)
+        rows.append(_row(name, f"{label} (runs {runs}x)", comparison["reports"][key]))
+    return add_ratios(rows)
+
+
+def dry_run_bench(deep_chain_pairs: int = DEEP_CHAIN_PAIRS) -> DryRunBench:
+    """Every dry-run row at the articles' sizes, and the deep chain's, timed (wall and CPU)."""
     started, cpu_started = time.perf_counter(), time.process_time()
     vgg_rows, step_seconds, floor = vgg16_dry_run_rows()
     neta_rows, largest = neta_dry_run_rows()
+    deep_rows = deep_chain_dry_run_rows(deep_chain_pairs)
     return DryRunBench(
-        vgg_rows + neta_rows,
+        vgg_rows + neta_rows + deep_rows,
         step_seconds,
         floor,
         largest,
@@ -350,6 +381,12 @@ def print_dry_run_bench(bench: DryRunBench) -> None:
         f"tensor bytes): {plain} plain, {checkpointed} checkpointed (x{checkpointed / plain:.2f}); "
         f"the article's card gave {NETA_ARTICLE_BATCHES[0]} and {NETA_ARTICLE_BATCHES[1]} "
         "(a real card also keeps memory no tensor owns: notebook 03)."
+    )
+    print(
+        f"Deep chain: (Linear(256, 256), Tanh) pairs and a Linear(256, 10) head at batch "
+        f"{DEEP_CHAIN_BATCH}, where one level is not enough (notebook 04, section 7): the nested "
+        "plan of least activation peak that recomputes at most one forward pass more than the "
+        "one-level plan of least peak (planning.nested); runs Nx: the most times a module runs."
     )
     print(
         f"A dry run of VGG16 (article layout) at {ARTICLE_SIDE} px, batch {ARTICLE_BATCH} took "

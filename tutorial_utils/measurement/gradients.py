@@ -25,6 +25,19 @@ def named_gradients(model: nn.Module) -> dict[str, torch.Tensor | None]:
     }
 
 
+def gradients_identical(
+    first: Mapping[str, torch.Tensor | None], second: Mapping[str, torch.Tensor | None]
+) -> bool:
+    """Bit for bit: the same parameters, each gradient equal or missing in both (what a
+    non-reentrant checkpoint of deterministic CPU ops gives)."""
+    if first.keys() != second.keys():
+        return False
+    return all(
+        (a is None and b is None) or (a is not None and b is not None and torch.equal(a, b))
+        for a, b in ((first[name], second[name]) for name in first)
+    )
+
+
 def parameter_gradients(
     model: nn.Sequential,
     inputs: torch.Tensor,

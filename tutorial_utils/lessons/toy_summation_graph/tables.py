@@ -23,6 +23,7 @@ from tutorial_utils.lessons.toy_summation_graph.trees import (
     chain_tree,
     peak_memory,
 )
+from tutorial_utils.measurement.gradients import gradients_identical
 from tutorial_utils.measurement.step import StepReport
 from tutorial_utils.measurement.timing import time_verdict
 from tutorial_utils.units import MB
@@ -165,7 +166,7 @@ def schedules_table(
     rows = []
     for name, forward in forwards.items():
         peak, gradients = backward_peak_and_gradients(chain, forward, inputs, targets)
-        same = all(torch.equal(gradients[k], plain_gradients[k]) for k in plain_gradients)
+        same = gradients_identical(gradients, plain_gradients)
         counts = runs[name]
         recomputed = (sum(counts) - len(counts)) / len(counts)
         rows.append((name, f"{peak / unit_bytes:.2f}", max(counts), f"{recomputed:.2f}", same))
