@@ -348,7 +348,7 @@ def hardware_section(budget: Budget) -> Outcome:
                     Column("multiprocessors", "multiprocessors", "{:d}", MEASURED),
                     Column("total MiB", "total_mib", "{:.0f}", MEASURED),
                     Column("used MiB (cudaMemGetInfo)", "driver_used_mib", "{:.0f}", MEASURED),
-                    Column("used MB (NVML)", "nvml_used_mb", "{:.0f}", MEASURED),
+                    Column("used MiB (NVML)", "nvml_used_mb", "{:.0f}", MEASURED),
                 ],
                 gpus,
             ),
@@ -469,13 +469,13 @@ CROSSCHECK_COLUMNS = [
     Column("segments", "segments", "{:d}"),
     Column("batch", "batch", "{:d}"),
     Column("optimizer", "optimizer"),
-    Column("tracked peak MB", "tracked_peak_mb", "{:.1f}", MEASURED),
-    Column("peak MB, 512 B blocks", "dry_run_peak_mb", "{:.1f}", DRY_RUN),
-    Column("CUDA peak allocated MB", "cuda_peak_allocated_mb", "{:.1f}", MEASURED),
+    Column("tracked peak MiB", "tracked_peak_mb", "{:.1f}", MEASURED),
+    Column("peak MiB, 512 B blocks", "dry_run_peak_mb", "{:.1f}", DRY_RUN),
+    Column("CUDA peak allocated MiB", "cuda_peak_allocated_mb", "{:.1f}", MEASURED),
     Column("tracker error", "tracker_error", "{:+.2%}", MEASURED),
     Column("dry-run error", "dry_run_error", "{:+.2%}", DRY_RUN),
-    Column("CUDA peak reserved MB", "cuda_peak_reserved_mb", "{:.1f}", MEASURED),
-    Column("NVML used MB", "nvml_used_mb", "{:.0f}", MEASURED),
+    Column("CUDA peak reserved MiB", "cuda_peak_reserved_mb", "{:.1f}", MEASURED),
+    Column("NVML used MiB", "nvml_used_mb", "{:.0f}", MEASURED),
     Column("step s", "step_seconds", "{:.3f}", MEASURED),
 ]
 
@@ -491,9 +491,9 @@ def crosscheck_outcome(rows: list[dict]) -> Outcome:
             "storage rounded up to the CUDA caching allocator's 512-byte blocks. Errors: (peak - "
             "CUDA peak allocated) / CUDA peak allocated (torch.cuda.max_memory_allocated).",
             "Before each step the tracker counted "
-            + ", ".join(cell_text(r["tracked_baseline_mb"], "{:.1f} MB") for r in rows)
+            + ", ".join(cell_text(r["tracked_baseline_mb"], "{:.1f} MiB") for r in rows)
             + " while CUDA had "
-            + ", ".join(cell_text(r["cuda_allocated_before_mb"], "{:.1f} MB") for r in rows)
+            + ", ".join(cell_text(r["cuda_allocated_before_mb"], "{:.1f} MiB") for r in rows)
             + " allocated: the difference is memory no tensor owns (e.g. the cuBLAS workspace).",
             "Kernel workspaces allocated and freed inside one op (cuDNN) count in CUDA peak "
             "allocated but are invisible to the tracker and the dry run; NVML adds the CUDA "
@@ -545,7 +545,7 @@ def first_out_of_memory(result: MaxBatchResult) -> dict | None:
 
 SEARCH_COLUMNS = [
     Column("mode", "mode"),
-    Column("budget MB", "budget_mb", "{:.0f}"),
+    Column("budget MiB", "budget_mb", "{:.0f}"),
     Column("largest batch", "batch_size", "{:d}", MEASURED),
     Column("trials", "trials", "{:d}"),
     Column("batches tried", "tried"),
@@ -627,8 +627,8 @@ def batch_search_section(budget: Budget) -> Outcome:
 OFFLOAD_SHAPE = (32, 3, 224, 224)
 OFFLOAD_COLUMNS = [
     Column("step", "step"),
-    Column("tracked peak MB", "tracked_peak_mb", "{:.1f}", MEASURED),
-    Column("CUDA peak allocated MB", "cuda_peak_allocated_mb", "{:.1f}", MEASURED),
+    Column("tracked peak MiB", "tracked_peak_mb", "{:.1f}", MEASURED),
+    Column("CUDA peak allocated MiB", "cuda_peak_allocated_mb", "{:.1f}", MEASURED),
     Column("step s", "step_seconds", "{:.3f}", MEASURED),
 ]
 GRADIENT_COLUMNS = [
@@ -866,9 +866,9 @@ ESTIMATE_COLUMNS = [
     Column("batch x size", "shape"),
     Column("precision", "precision"),
     Column("strategy", "strategy"),
-    Column("estimate MB, 512 B blocks", "estimate_mb", "{:.1f}", DRY_RUN),
-    Column("tracked peak MB", "tracked_peak_mb", "{:.1f}", MEASURED),
-    Column("CUDA peak allocated MB", "cuda_peak_allocated_mb", "{:.1f}", MEASURED),
+    Column("estimate MiB, 512 B blocks", "estimate_mb", "{:.1f}", DRY_RUN),
+    Column("tracked peak MiB", "tracked_peak_mb", "{:.1f}", MEASURED),
+    Column("CUDA peak allocated MiB", "cuda_peak_allocated_mb", "{:.1f}", MEASURED),
     Column("estimate error", "estimate_error", "{:+.2%}", DRY_RUN),
 ]
 

@@ -518,9 +518,9 @@ def test_crosscheck_table_gives_both_errors_against_cuda():
         "| VGG16 (article) | 2 | 32 | SGD momentum | 99.0 | 101.0 | 100.0 | -1.00% | +1.00% "
         "| 120.0 | n/a | 0.250 |" in lines
     )
-    assert "tracked peak MB (measured on the GPU)" in lines[2]
-    assert "peak MB, 512 B blocks (dry run)" in lines[2]
-    assert any("10.0 MB while CUDA had 10.5 MB" in note for note in outcome.notes)
+    assert "tracked peak MiB (measured on the GPU)" in lines[2]
+    assert "peak MiB, 512 B blocks (dry run)" in lines[2]
+    assert any("10.0 MiB while CUDA had 10.5 MiB" in note for note in outcome.notes)
 
 
 def test_execute_copy_runs_a_real_kernel_with_the_env_and_stops_at_the_deadline(
