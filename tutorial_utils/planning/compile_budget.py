@@ -13,8 +13,9 @@ so it works on any machine; ``"inductor"`` also fuses kernels.
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -28,23 +29,41 @@ from tutorial_utils.units import MB
 
 @dataclass(frozen=True)
 class BudgetPoint:
-    """One compiled step at one budget: what it saved for backward and how long it took."""
+    """One compiled step at one budget: what it saved for backward and how long it took, and
+    what the partitioner estimated it would save."""
 
     budget: float
     saved_bytes: int  # storages saved for backward by the compiled forward, each counted once
     timing: Timing
+    # The partitioner's own figure for the values it chose to save (its ``_size_of``: each
+    # value's full size from its shape, parameters included, views and shared storages counted
+    # again); None where the partitioner was not reached. ``saved_with_parameters_bytes`` is the
+    # measurement to compare it with: the same storages as ``saved_bytes`` plus the parameters.
+    estimated_bytes: int | None = None
+    saved_with_parameters_bytes: int | None = None
 
     def describe(self) -> str:
-        return (
+        line = (
             f"budget {self.budget:.2f}: saved {self.saved_bytes / MB:,.2f} MiB, "
             f"step {self.timing.describe()}"
         )
+        if self.estimated_bytes is not None and self.saved_with_parameters_bytes:
+            line += (
+                f"; with parameters {self.saved_with_parameters_bytes / MB:,.2f} MiB measured, "
+                f"{self.estimated_bytes / MB:,.2f} MiB estimated by the partitioner "
+                f"({self.estimated_bytes - self.saved_with_parameters_bytes:+,} bytes)"
+            )
+        return line
 
 
-def saved_bytes_of(model: nn.Module, inputs: torch.Tensor) -> int:
-    """Bytes of distinct storages autograd keeps for backward after ``model(inputs)``."""
+def saved_bytes_of(model: nn.Module, inputs: torch.Tensor, *, with_parameters: bool = False) -> int:
+    """Bytes of distinct storages autograd keeps for backward after ``model(inputs)`` (the
+    parameters it keeps too, with ``with_parameters``: they cost nothing extra, but the
+    partitioner's estimate counts them)."""
     seen: dict[int, int] = {}
-    parameters = {p.untyped_storage()._cdata for p in model.parameters()}
+    parameters = (
+        set() if with_parameters else {p.untyped_storage()._cdata for p in model.parameters()}
+    )
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
         storage = tensor.untyped_storage()
@@ -71,14 +90,20 @@ def budget_sweep(
     steps (forward, cross-entropy, backward) in turns across the budgets."""
     import torch._functorch.config as functorch_config
 
-    steps, saved = {}, {}
+    steps, saved, with_parameters, estimated = {}, {}, {}, {}
     for budget in budgets:
         torch._dynamo.reset()
         copy_ = copy.deepcopy(model).train()
-        with functorch_config.patch(activation_memory_budget=budget):
+        with (
+            functorch_config.patch(activation_memory_budget=budget),
+            _partitioner_estimates() as seen,
+        ):
             compiled = torch.compile(copy_, backend=backend, dynamic=False)
             F.cross_entropy(compiled(inputs), targets).backward()  # compiles forward and backward
-            saved[budget] = saved_bytes_of(cast(nn.Module, compiled), inputs)
+        module = cast(nn.Module, compiled)
+        saved[budget] = saved_bytes_of(module, inputs)
+        with_parameters[budget] = saved_bytes_of(module, inputs, with_parameters=True)
+        estimated[budget] = sum(seen) if seen else None
 
         def step(compiled=compiled, copy_=copy_):
             copy_.zero_grad(set_to_none=True)
@@ -86,4 +111,27 @@ def budget_sweep(
 
         steps[budget] = step
     timings = time_interleaved(steps, repeats)
-    return [BudgetPoint(b, saved[b], timings[b]) for b in budgets]
+    return [BudgetPoint(b, saved[b], timings[b], estimated[b], with_parameters[b]) for b in budgets]
+
+
+@contextlib.contextmanager
+def _partitioner_estimates() -> Iterator[list[int]]:
+    """The bytes the min-cut partitioner estimates for the values it saves, one entry per graph
+    it partitions: its ``choose_saved_values_set`` is wrapped (looked up by name when it runs)
+    and its chosen values sized with its own ``_size_of``, the "Theoretical Activations Stored"
+    it logs under ``AOT_PARTITIONER_DEBUG``."""
+    from torch._functorch import partitioners
+
+    estimates: list[int] = []
+    original = partitioners.choose_saved_values_set
+
+    def choose(*args, **kwargs):
+        chosen = original(*args, **kwargs)
+        estimates.append(sum(partitioners._size_of(node) for node in chosen))
+        return chosen
+
+    partitioners.choose_saved_values_set = choose
+    try:
+        yield estimates
+    finally:
+        partitioners.choose_saved_values_set = original
