@@ -3,6 +3,7 @@ of cheap ops is no longer predicted free."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn as nn
 
@@ -49,3 +50,29 @@ def test_the_machine_is_measured_and_says_so():
     machine = measure_machine(side=128, copy_mib=4, repeats=2)
     assert machine.flops_per_second > 0 and machine.bytes_per_second > 0
     assert "measured" in machine.describe()
+
+
+def test_a_plan_made_on_meta_with_a_roofline_charges_memory_bound_recompute():
+    from tutorial_utils.measurement.dry_run import build_on_meta
+    from tutorial_utils.planning.budget import plan_checkpoints
+    from tutorial_utils.planning.profile import profile_sequential
+
+    def build() -> nn.Sequential:
+        return nn.Sequential(
+            nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+            nn.Conv2d(16, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10),
+        ).train()  # fmt: skip
+
+    model = build_on_meta(build)
+    x = torch.empty(8, 3, 32, 32, device="meta")
+    by_flops = profile_sequential(model, x)
+    by_roofline = profile_sequential(model, x, machine=QUOTED)
+    relu = by_flops.layers[2]
+    assert relu.forward_seconds is None and relu.recompute_cost == 0  # FLOPs: ReLU is free
+    assert by_roofline.layers[2].recompute_cost == 2 * 8 * 16 * 32 * 32 * 4 / 1e11  # its bytes
+    assert by_roofline.timed and "roofline" in by_roofline.time_source
+    plan = plan_checkpoints(model, x, machine=QUOTED)
+    assert plan.recompute_seconds is not None and "predicted by the roofline" in str(plan)
+    with pytest.raises(ValueError, match="a roofline predicts times for a dry run"):
+        profile_sequential(build(), torch.randn(8, 3, 32, 32), machine=QUOTED)

@@ -22,6 +22,7 @@ from tutorial_utils.measurement.tracker import TensorMemoryTracker
 from tutorial_utils.planning.nested import NestedPlan, nested_from_profile
 from tutorial_utils.planning.planner import Plan, plan_from_profile
 from tutorial_utils.planning.profile import ModelProfile, profile_sequential
+from tutorial_utils.planning.roofline import Machine
 from tutorial_utils.units import MB
 
 MAX_REPLANS = 8  # each round tightens by the last miss; a handful always settles in practice
@@ -94,6 +95,7 @@ def plan_checkpoints(
     budget_bytes: int | None = None,
     *,
     nested: bool = False,
+    machine: Machine | None = None,
 ) -> Plan | NestedPlan:
     """Profile ``model`` on ``sample_input``, choose where to checkpoint, and measure the choice.
 
@@ -102,9 +104,10 @@ def plan_checkpoints(
     among equals. Either way the returned plan carries its measured peak beside the prediction.
     Budgets count what the prediction counts: optimizer state comes on top. ``nested=True``
     searches schedules that may recompute a module several times (``planning.nested``).
-    A meta sample dry-runs a meta copy of a model that lives elsewhere.
+    A meta sample dry-runs a meta copy of a model that lives elsewhere; with a ``machine``
+    (``planning.roofline``) a plan made on meta weighs recompute by predicted seconds, not FLOPs.
     """
     model = model_for_sample(model, sample_input)
-    profile = profile_sequential(model, sample_input)
+    profile = profile_sequential(model, sample_input, machine=machine)
     planner = nested_from_profile if nested else plan_from_profile
     return plan_within(model, sample_input, profile, budget_bytes, planner)

@@ -46,6 +46,7 @@ import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
 from tutorial_utils.checkpointing.batchnorm import run_keeping_batchnorm
+from tutorial_utils.planning.planner import recompute_label
 from tutorial_utils.planning.profile import ModelProfile
 from tutorial_utils.units import MB
 
@@ -278,6 +279,7 @@ class NestedPlan:
     runs: tuple[int, ...]
     layer_names: tuple[str, ...] = field(default=(), repr=False)
     measured_peak_bytes: int | None = None
+    time_source: str = "measured"  # of recompute_seconds: ModelProfile.time_source
 
     @property
     def boundaries(self) -> list[tuple[int, int, bool]]:
@@ -296,9 +298,7 @@ class NestedPlan:
         return max(self.runs) - 1
 
     def recompute_label(self) -> str:
-        if self.recompute_seconds is None:
-            return f"recompute {self.recompute_flops / 1e9:,.1f} GFLOP"
-        return f"recompute {self.recompute_seconds * 1000:.0f} ms"
+        return recompute_label(self.recompute_seconds, self.recompute_flops, self.time_source)
 
     def forward(
         self,
@@ -377,6 +377,7 @@ def nested_plan(profile: ModelProfile, schedule: tuple[Item, ...]) -> NestedPlan
         ),
         runs=tuple(runs),
         layer_names=tuple(layer.name for layer in layers),
+        time_source=profile.time_source,
     )
 
 

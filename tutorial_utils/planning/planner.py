@@ -281,12 +281,11 @@ class Plan:
     recompute_flops: int = 0
     layer_names: tuple[str, ...] = field(default=(), repr=False)
     measured_peak_bytes: int | None = None  # set by planning.budget.plan_checkpoints
+    time_source: str = "measured"  # of recompute_seconds: ModelProfile.time_source
 
     def recompute_label(self) -> str:
         """'recompute 12 ms', or in GFLOP where the plan was made on the meta device."""
-        if self.recompute_seconds is None:
-            return f"recompute {self.recompute_flops / 1e9:,.1f} GFLOP"
-        return f"recompute {self.recompute_seconds * 1000:.0f} ms"
+        return recompute_label(self.recompute_seconds, self.recompute_flops, self.time_source)
 
     @property
     def checkpointed_segments(self) -> int:
@@ -398,7 +397,17 @@ def _plan_from(profile: ModelProfile, partial: _Partial) -> Plan:
         recompute_seconds=partial.cost if profile.timed else None,
         recompute_flops=flops,
         layer_names=tuple(layer.name for layer in profile.layers),
+        time_source=profile.time_source,
     )
+
+
+def recompute_label(seconds: float | None, flops: int, time_source: str) -> str:
+    """'recompute 12 ms' (measured), '... ms (predicted by the roofline of ...)', or GFLOP where
+    a plan made on the meta device has no time."""
+    if seconds is None:
+        return f"recompute {flops / 1e9:,.1f} GFLOP"
+    source = "" if time_source == "measured" else f" ({time_source})"
+    return f"recompute {seconds * 1000:.0f} ms{source}"
 
 
 def uniform_boundaries(n_modules: int, segments: int) -> list[Segment]:

@@ -9,6 +9,7 @@ any size can be profiled on a laptop). The planner (``planning.planner``) and th
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 
@@ -16,6 +17,7 @@ import torch
 import torch.nn as nn
 
 from tutorial_utils.measurement.flops import StepFlopCounter
+from tutorial_utils.planning.roofline import Machine, RooflineCounter
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,9 @@ class ModelProfile:
 
     layers: tuple[LayerCost, ...]
     baseline_bytes: int  # parameters, buffers and the input batch: there whatever the plan
+    # where ``forward_seconds`` come from: "measured" on a real device, or a roofline's
+    # prediction on the meta device (``profile_sequential(..., machine=...)``)
+    time_source: str = "measured"
 
     def __len__(self) -> int:
         return len(self.layers)
@@ -87,23 +92,32 @@ def _snapshot_buffers(model: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor
     return [(buffer, buffer.clone()) for buffer in model.buffers()]
 
 
-def profile_sequential(model: nn.Sequential, sample_input: torch.Tensor) -> ModelProfile:
+def profile_sequential(
+    model: nn.Sequential, sample_input: torch.Tensor, *, machine: Machine | None = None
+) -> ModelProfile:
     """Run ``model`` once, module by module, recording what autograd saves for each one.
 
     Saved storages are found with ``saved_tensors_hooks``; parameters and buffers are left out
     (they are there anyway). The forward runs twice (the first warms up kernels) and each module's
-    time is the faster of the two; on the meta device it runs once and has FLOPs, no time. RNG
-    state and BatchNorm running statistics are restored, so profiling changes nothing. Profile in
-    the mode you train in (``model.train()``).
+    time is the faster of the two; on the meta device it runs once and has FLOPs, no time, unless
+    ``machine`` is given: then each module's time is predicted by that machine's roofline
+    (``planning.roofline``), so a plan made on meta charges memory-bound ops (ReLU, BatchNorm,
+    pooling) that FLOPs call free. RNG state and BatchNorm running statistics are restored, so
+    profiling changes nothing. Profile in the mode you train in (``model.train()``).
     """
     if not isinstance(model, nn.Sequential) or len(model) == 0:
         raise ValueError("plan_checkpoints needs a non-empty nn.Sequential")
-    model_keys = {_storage_key(t) for t in [*model.parameters(), *model.buffers()]}
     dry_run = sample_input.device.type == "meta"
+    if machine is not None and not dry_run:
+        raise ValueError(
+            "a roofline predicts times for a dry run: pass a meta sample, or no machine to "
+            f"measure the times on {sample_input.device}"
+        )
+    model_keys = {_storage_key(t) for t in [*model.parameters(), *model.buffers()]}
     snapshot = _snapshot_buffers(model)
     with torch.random.fork_rng(devices=_cuda_devices(sample_input)):
-        first = _profile_pass(model, sample_input, model_keys)
-        second = first if dry_run else _profile_pass(model, sample_input, model_keys)
+        first = _profile_pass(model, sample_input, model_keys, machine)
+        second = first if dry_run else _profile_pass(model, sample_input, model_keys, None)
     with torch.no_grad():
         for buffer, saved in snapshot:
             buffer.copy_(saved)
@@ -111,7 +125,7 @@ def profile_sequential(model: nn.Sequential, sample_input: torch.Tensor) -> Mode
         LayerCost(
             **{
                 **a,
-                "forward_seconds": None
+                "forward_seconds": a["forward_seconds"]
                 if dry_run
                 else min(a["forward_seconds"], b["forward_seconds"]),
             }
@@ -119,14 +133,20 @@ def profile_sequential(model: nn.Sequential, sample_input: torch.Tensor) -> Mode
         for a, b in zip(first, second, strict=True)
     )
     constant = sum(t.untyped_storage().nbytes() for t in [*model.parameters(), *model.buffers()])
-    return ModelProfile(layers, constant + sample_input.untyped_storage().nbytes())
+    source = "measured" if machine is None else f"predicted by the roofline of {machine.name}"
+    return ModelProfile(layers, constant + sample_input.untyped_storage().nbytes(), source)
 
 
 def _cuda_devices(tensor: torch.Tensor) -> list[int]:
     return [tensor.device.index or 0] if tensor.device.type == "cuda" else []
 
 
-def _profile_pass(model: nn.Sequential, x: torch.Tensor, model_keys: set[int]) -> list[dict]:
+def _profile_pass(
+    model: nn.Sequential, x: torch.Tensor, model_keys: set[int], machine: Machine | None
+) -> list[dict]:
+    """One forward, module by module: what each saves, its FLOPs, and its time (measured; on
+    meta, the roofline's prediction with a ``machine``, else None)."""
+    dry_run = x.device.type == "meta"
     records = []
     for index, module in enumerate(model):
         saved: dict[int, int] = {}
@@ -139,11 +159,14 @@ def _profile_pass(model: nn.Sequential, x: torch.Tensor, model_keys: set[int]) -
 
         _synchronize(x)
         started = time.perf_counter()
+        roofline = RooflineCounter(machine) if machine is not None else contextlib.nullcontext()
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-            with StepFlopCounter() as flops:
+            with StepFlopCounter() as flops, roofline:
                 y = module(x)
         _synchronize(x)
-        seconds = time.perf_counter() - started
+        seconds: float | None = time.perf_counter() - started
+        if dry_run:
+            seconds = roofline.seconds if isinstance(roofline, RooflineCounter) else None
         in_key, out_key = _storage_key(x), _storage_key(y)
         records.append(
             {
