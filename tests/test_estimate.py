@@ -168,8 +168,17 @@ def test_autocast_emulation_casts_in_the_real_order_op_by_op():
     real = train_step(build_model(workload, device="cpu"), workload, strategy, record_timeline=True)
     dry = train_step(build_model(workload), workload, strategy, record_timeline=True)
     assert real.timeline and dry.timeline
-    assert [(e.op, e.current_bytes) for e in real.timeline] == [
-        (e.op, e.current_bytes) for e in dry.timeline
+    assert allocating_events(real.timeline) == allocating_events(dry.timeline)
+
+
+def allocating_events(timeline) -> list[tuple[str, int]]:
+    """(op, live bytes after it) without the ops that allocate nothing and vary by release:
+    ``detach`` (torch 2.9.1's meta kernels add one per saved in-place output) and the
+    profiler's record-function markers."""
+    return [
+        (e.op, e.current_bytes)
+        for e in timeline
+        if e.op != "aten.detach.default" and not e.op.startswith("profiler.")
     ]
 
 

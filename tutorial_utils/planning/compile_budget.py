@@ -123,6 +123,11 @@ def _partitioner_estimates() -> Iterator[list[int]]:
     from torch._functorch import partitioners
 
     estimates: list[int] = []
+    if not hasattr(partitioners, "choose_saved_values_set") or not hasattr(
+        partitioners, "_size_of"
+    ):
+        yield estimates  # a torch without them: no estimate, said as None
+        return
     original = partitioners.choose_saved_values_set
 
     def choose(*args, **kwargs):
