@@ -28,6 +28,10 @@ def test_a_relu_is_charged_by_its_bytes_and_a_matmul_by_its_flops():
         x @ x
     assert matmul.flops == 2 * 1024**3
     assert matmul.seconds == matmul.flops / 1e12 and matmul.memory_bound_seconds == 0
+    with RooflineCounter(QUOTED) as views:
+        x.t().detach()
+        torch.empty_like(x)
+    assert views.bytes == 0 and views.seconds == 0  # nothing read or written
 
 
 def test_selective_checkpointing_is_not_predicted_free():

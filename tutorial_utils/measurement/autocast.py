@@ -54,6 +54,15 @@ class AutocastPolicy:
             for name in names:
                 yield name, policy
 
+    def installed(self) -> Iterator[tuple[str, str]]:
+        """The ops the installed torch autocasts on this device: the lists follow the newest
+        release, and an older one casts fewer (torch 2.9 does not cast ``rms_norm`` on CUDA),
+        so an emulation of it leaves those alone too."""
+        key = "AutocastCUDA" if self.device == "cuda" else "AutocastCPU"
+        for name, policy in self.items():
+            if torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", key):
+                yield name, policy
+
 
 _CONVOLUTIONS = ("conv1d", "conv2d", "conv3d", "conv_tbc", "conv_transpose1d")
 _MATMULS = ("addmm", "matmul", "mm", "linalg_vecdot", "linear", "addbmm", "baddbmm", "bmm")
@@ -247,7 +256,7 @@ class EmulatedAutocast:
         library = torch.library.Library("aten", "IMPL")
         fallthrough = torch.library.Library("_", "IMPL")
         fallthrough.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
-        for name, policy in self.policy.items():
+        for name, policy in self.policy.installed():
             library.impl(name, self._kernel(name, policy), "AutocastPrivateUse1")
         try:
             with _autocast_off_regions(self):

@@ -77,6 +77,9 @@ def _tensor_bytes(values) -> int:
     )
 
 
+_ALLOCATIONS = {torch.ops.aten.empty, torch.ops.aten.empty_like, torch.ops.aten.empty_strided}
+
+
 class RooflineCounter(TorchDispatchMode):
     """Predicted seconds, FLOPs and bytes moved of every op run inside ``with counter:``."""
 
@@ -93,7 +96,11 @@ class RooflineCounter(TorchDispatchMode):
         out = func(*args, **kwargs)
         packet = func._overloadpacket
         flops = int(FORMULAS[packet](*args, **kwargs, out_val=out)) if packet in FORMULAS else 0
-        moved = _tensor_bytes((args, kwargs)) + _tensor_bytes(out)
+        # A view (detach, t, view) and an uninitialised allocation (empty) move no bytes;
+        # charging them would also make the prediction depend on how many of them a torch
+        # release's kernels emit (torch 2.9 emits twice as many detaches as 2.14).
+        moves_nothing = func.is_view or packet in _ALLOCATIONS
+        moved = 0 if moves_nothing else _tensor_bytes((args, kwargs)) + _tensor_bytes(out)
         arithmetic = flops / self.machine.flops_per_second
         memory = moved / self.machine.bytes_per_second
         self.seconds += max(arithmetic, memory)
