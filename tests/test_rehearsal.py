@@ -24,6 +24,10 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 REHEARSAL_STEPS = "2"
 SKIPPED_REPORT = "cells skipped for want of CUDA"
+# Every cell that runs only on CUDA guards itself with ``lessons.cuda_only.needs_cuda``, which
+# prints one line where CUDA is absent and counts it; this cell, appended to the copy that runs,
+# prints the count.
+TALLY = "from tutorial_utils.lessons.cuda_only import skipped_cells_report\nprint(skipped_cells_report())"
 
 pytestmark = [
     pytest.mark.rehearsal,
@@ -56,6 +60,7 @@ def test_notebook_runs_in_the_profile_with_two_steps(
     copy = tmp_path / path.name
     shutil.copy(path, copy)
     notebook = nbformat.read(copy, as_version=4)
+    notebook.cells.append(nbformat.v4.new_code_cell(TALLY))  # the kernel's own count, at the end
     env = {
         **os.environ,
         "TUTORIAL_PROFILE": profile,
