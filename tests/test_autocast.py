@@ -28,8 +28,7 @@ def test_every_emulated_op_is_one_the_device_autocasts(policy, key):
     older torch casts a few fewer: torch 2.9 leaves CUDA's rms_norm alone)."""
     listed, emulated = list(policy.items()), list(policy.installed())
     assert all(
-        torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", key)
-        for name, _ in emulated
+        torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", key) for name, _ in emulated
     )
     if torch.__version__.startswith("2.14."):
         assert emulated == listed
