@@ -94,6 +94,8 @@ def test_one_level_plans_are_schedules_and_nested_never_does_worse():
     peak, _ = simulate(profile, one_level_schedule(one_level.boundaries))
     program = NestedProgram(profile, peak)
     assert math.isfinite(program.cost_at(peak))
+    schedule = one_level_schedule(one_level.boundaries)
+    assert list(one_level.runs) == runs_per_module(schedule, len(profile))  # the same counts
     schedule = one_level_schedule([(0, 3, True), (3, 6, False)])
     assert runs_per_module(schedule, 6) == [2, 2, 2, 1, 1, 1]
     nested = (("child", 0, 4, (("child", 0, 2, (("plain", 0), ("plain", 1))), ("plain", 2),
