@@ -26,6 +26,7 @@ from tutorial_utils.planning.nested import (
 )
 from tutorial_utils.planning.planner import plan_from_profile
 from tutorial_utils.planning.profile import LayerCost, ModelProfile, profile_sequential
+from tutorial_utils.planning.strategies import measure_strategies, strategy_menu
 
 KIB = 1024
 
@@ -158,6 +159,24 @@ def test_plan_checkpoints_nested_keeps_its_budget_as_measured():
     assert report.peak_bytes >= plan.measured_peak_bytes  # the step adds optimizer state
     with pytest.raises(ValueError, match="raise the budget"):
         plan_checkpoints(model, x, 1, nested=True)
+
+
+def test_the_strategy_menu_lists_nested_plans_only_where_they_nest():
+    """On a deep chain the menu's nested plans recompute some module twice or more, and the
+    least of them measures below the one-level plan of least peak."""
+    model = build_on_meta(lambda: _deep_chain(16, 64))
+    x = torch.empty(256, 64, device="meta")
+    menu = strategy_menu(model, x, uniform_counts=[4], nested_fractions=(0.0, 0.5))
+    nested = [s.segments for s in menu if s.kind == "nested"]
+    assert nested and all(max(plan.runs) > 2 for plan in nested)
+    peaks = {
+        row["checkpointing"]: row["tracked_peak_mb"]
+        for row in measure_strategies(
+            model, x, torch.zeros(256, dtype=torch.long, device="meta"), menu
+        )
+    }
+    least_nested = min(peak for name, peak in peaks.items() if name.startswith("nested"))
+    assert least_nested < peaks["planned, least peak"]
 
 
 @pytest.mark.slow

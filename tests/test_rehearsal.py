@@ -15,6 +15,7 @@ import os
 import shutil
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import nbformat
@@ -24,6 +25,9 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 REHEARSAL_STEPS = "2"
 SKIPPED_REPORT = "cells skipped for want of CUDA"
+# A cell that runs this long has hung (the longest, a VGG16 training at 224 px, takes minutes).
+CELL_TIMEOUT_S = 3600
+SLOWEST_SHOWN = 4
 # Every cell that runs only on CUDA guards itself with ``lessons.cuda_only.needs_cuda``, which
 # prints one line where CUDA is absent and counts it; this cell, appended to the copy that runs,
 # prints the count.
@@ -36,6 +40,21 @@ pytestmark = [
         reason="tens of minutes: set TUTORIAL_REHEARSAL=1 to rehearse the gpu and article profiles",
     ),
 ]
+
+
+def cell_seconds(cell: nbformat.NotebookNode) -> float:
+    """How long the kernel took on ``cell``, from nbclient's execution timestamps."""
+    timing = cell.get("metadata", {}).get("execution", {})
+    started, ended = timing.get("iopub.execute_input"), timing.get("shell.execute_reply")
+    if not (started and ended):
+        return 0.0
+    return (datetime.fromisoformat(ended) - datetime.fromisoformat(started)).total_seconds()
+
+
+def slowest_cells(notebook: nbformat.NotebookNode) -> str:
+    """Where a rehearsal spends its time: the slowest code cells, by index and duration."""
+    timed = [(cell_seconds(c), i) for i, c in enumerate(notebook.cells) if c.cell_type == "code"]
+    return ", ".join(f"cell {i} {s:.0f} s" for s, i in sorted(timed, reverse=True)[:SLOWEST_SHOWN])
 
 
 def cell_text(notebook: nbformat.NotebookNode) -> str:
@@ -70,10 +89,10 @@ def test_notebook_runs_in_the_profile_with_two_steps(
         "CUDA_VISIBLE_DEVICES": "",  # the CPU path, even on a machine with a GPU
     }
     started = time.monotonic()
-    run_notebook(notebook, path.parent, env)
+    run_notebook(notebook, path.parent, env, cell_timeout=CELL_TIMEOUT_S)
     printed = cell_text(notebook)
     report = [line for line in printed.splitlines() if line.startswith(SKIPPED_REPORT)]
     assert f"profile: {profile}" in printed, "the setup cell did not report the profile"
     assert report, f"{path.name} did not report the cells it skipped for want of CUDA"
     print(f"{path.name} [{profile}, TUTORIAL_STEPS={REHEARSAL_STEPS}]: "
-          f"{time.monotonic() - started:.0f} s; {report[-1]}")  # fmt: skip
+          f"{time.monotonic() - started:.0f} s; {report[-1]}; slowest: {slowest_cells(notebook)}")  # fmt: skip

@@ -49,6 +49,7 @@ KIND_STYLES = {
     "selective": ("#55a868", "^"),
     "offload": ("#8172b3", "v"),
     "nested": ("#937860", "P"),
+    "compile budget": ("#da8bc3", "X"),
 }
 CHECKPOINTED_COLOR, KEPT_COLOR, NESTED_COLOR = "#c6d4e8", "#dd8452", "#4c72b0"
 RUNS_COLORS = {1: KEPT_COLOR, 2: CHECKPOINTED_COLOR, 3: NESTED_COLOR}  # runs of a module per step
@@ -393,19 +394,22 @@ def time_against_flops_table(measured: Sequence[dict], dry: Sequence[dict]) -> s
 
 
 def key_rows(rows: Sequence[dict]) -> list[dict]:
-    """The rows the text discusses: none, the best uniform split measured, sqrt(n), the plans and
-    selective checkpointing (the full table is ``strategy_table(rows)``)."""
+    """The rows the text discusses: none, the best uniform split measured, sqrt(n), the plans,
+    selective checkpointing and compile budgets (the full table is ``strategy_table(rows)``)."""
     uniform = [row for row in rows if row["kind"] == "uniform"]
     best = min(uniform, key=lambda row: row["tracked_peak_mb"], default=None)
     return [
         row
         for row in rows
-        if row["kind"] in ("none", "sqrt(n)", "planned", "selective", "offload") or row is best
+        if row["kind"]
+        in ("none", "sqrt(n)", "planned", "nested", "selective", "compile budget", "offload")
+        or row is best
     ]
 
 
 def floor_table(rows: Sequence[dict], floor: PeakFloor) -> str:
-    """None, the best uniform split, the planner and selective checkpointing against the floor."""
+    """None, the best uniform split, the planner, and the least peak of each other family
+    (nested, selective, compile budget) against the floor."""
     chosen = {"none": rows[0]}
     uniform = [row for row in rows if row["kind"] in ("uniform", "sqrt(n)")]
     if uniform:
@@ -414,10 +418,11 @@ def floor_table(rows: Sequence[dict], floor: PeakFloor) -> str:
     planned = [row for row in rows if row["kind"] == "planned"]
     if planned:
         chosen["planner, least peak"] = min(planned, key=lambda row: row["tracked_peak_mb"])
-    selective = [row for row in rows if row["kind"] == "selective"]
-    if selective:
-        best = min(selective, key=lambda row: row["tracked_peak_mb"])
-        chosen[f"best {best['checkpointing']}"] = best
+    for kind in ("nested", "selective", "compile budget"):
+        family = [row for row in rows if row["kind"] == kind]
+        if family:
+            best = min(family, key=lambda row: row["tracked_peak_mb"])
+            chosen[f"best {best['checkpointing']}"] = best
     floor_mb = floor.floor_bytes / MB
     width = max(len(name) for name in chosen)
     lines = [f"{'strategy':<{width}}  {'tracked peak MiB':>15}  {'above the floor':>15}"]

@@ -9,19 +9,29 @@ compiled step keeps for backward: every tensor the compiled forward saves passes
 ``saved_tensors_hooks``, counted once per storage; and its step time, timed in turns.
 ``backend="aot_eager_decomp_partition"`` runs the same partitioner without generating C++ code,
 so it works on any machine; ``"inductor"`` also fuses kernels.
+
+``CompileBudget(budget)`` is the same partition as a strategy (``forward_segments``,
+``measure_step`` and the strategy tables accept it): the model's forward and backward are traced
+once by AOTAutograd (``aot_module``, the layer ``torch.compile`` hands its graph to), partitioned
+by the same min-cut partitioner at that budget, and run op by op as ``aot_eager_decomp_partition``
+runs them. Every op then passes through the memory tracker, so the step's whole peak is measured
+like any other strategy's, on a device or as a dry run on meta. Inductor would fuse elementwise ops
+and plan buffers, so its peak can be lower; the saved set, which the budget governs, is the same.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+import functools
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import cast
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils._python_dispatch import _disable_current_modes
 
 from tutorial_utils.measurement.timing import Timing, time_interleaved
 from tutorial_utils.units import MB
@@ -56,10 +66,16 @@ class BudgetPoint:
         return line
 
 
-def saved_bytes_of(model: nn.Module, inputs: torch.Tensor, *, with_parameters: bool = False) -> int:
-    """Bytes of distinct storages autograd keeps for backward after ``model(inputs)`` (the
-    parameters it keeps too, with ``with_parameters``: they cost nothing extra, but the
-    partitioner's estimate counts them)."""
+def saved_bytes_of(
+    model: nn.Module,
+    inputs: torch.Tensor,
+    *,
+    with_parameters: bool = False,
+    forward: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> int:
+    """Bytes of distinct storages autograd keeps for backward after ``model(inputs)``, or
+    ``forward(inputs)`` (the parameters it keeps too, with ``with_parameters``: they cost nothing
+    extra, but the partitioner's estimate counts them)."""
     seen: dict[int, int] = {}
     parameters = (
         set() if with_parameters else {p.untyped_storage()._cdata for p in model.parameters()}
@@ -72,7 +88,7 @@ def saved_bytes_of(model: nn.Module, inputs: torch.Tensor, *, with_parameters: b
         return tensor
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        output = model(inputs)
+        output = (forward or model)(inputs)
     del output
     return sum(seen.values())
 
@@ -112,6 +128,75 @@ def budget_sweep(
         steps[budget] = step
     timings = time_interleaved(steps, repeats)
     return [BudgetPoint(b, saved[b], timings[b], estimated[b], with_parameters[b]) for b in budgets]
+
+
+@dataclass(frozen=True)
+class CompileBudget:
+    """``torch.compile``'s partition at ``activation_memory_budget=budget``, as a strategy: pass
+    ``segments=CompileBudget(0.5)`` where a segment count is accepted. Traced once per model,
+    input shape and device (a trace takes about a second); run op by op, so measured."""
+
+    budget: float
+    _traced: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.budget <= 1.0:
+            raise ValueError(f"a compile memory budget is a fraction in [0, 1], got {self.budget}")
+
+    def forward(
+        self,
+        model: nn.Module,
+        x: torch.Tensor,
+        use_reentrant: bool = False,
+        preserve_rng_state: bool = True,
+    ) -> torch.Tensor:
+        """``model(x)`` through the partitioned graph (``use_reentrant`` and
+        ``preserve_rng_state`` do not apply: the graph's random ops are functionalized)."""
+        key = (id(model), tuple(x.shape), x.dtype, x.device, model.training)
+        if key not in self._traced:
+            self._traced[key] = _trace_partitioned(model, x, self.budget)
+        return self._traced[key](x)
+
+    def __str__(self) -> str:
+        return f"torch.compile partition, activation memory budget {self.budget:.2f}"
+
+
+def _run_graph_as_is(graph: torch.fx.GraphModule, _inputs) -> Callable:
+    """AOTAutograd's compiler hook that compiles nothing: the graph runs op by op."""
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    return make_boxed_func(graph.forward)
+
+
+def _trace_partitioned(model: nn.Module, sample: torch.Tensor, budget: float) -> Callable:
+    """``model`` traced by AOTAutograd with Inductor's decompositions and partitioned by the
+    min-cut partitioner at ``budget``, as ``aot_eager_decomp_partition`` does. The trace runs
+    outside any tracker or FLOP counter (it runs one forward on fake and real tensors), and the
+    buffers that forward updates (BatchNorm's statistics) are put back."""
+    import torch._functorch.config as functorch_config
+    from torch._functorch.aot_autograd import aot_module
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+    from torch._inductor.compile_fx import select_decomp_table
+
+    buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
+    with (
+        _disable_current_modes(),
+        functorch_config.patch(activation_memory_budget=budget),
+    ):
+        traced = aot_module(
+            model,
+            fw_compiler=_run_graph_as_is,
+            bw_compiler=_run_graph_as_is,
+            partition_fn=functools.partial(
+                min_cut_rematerialization_partition, compiler="inductor"
+            ),
+            decompositions=select_decomp_table(),
+        )
+        traced(sample.detach())  # the trace: forward and backward graphs, partitioned
+        with torch.no_grad():
+            for name, b in model.named_buffers():
+                b.copy_(buffers[name])
+    return traced
 
 
 @contextlib.contextmanager

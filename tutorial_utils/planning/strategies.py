@@ -1,4 +1,5 @@
-"""Every way to run a step, side by side: no checkpointing, uniform splits, plans, selective.
+"""Every way to run a step, side by side: no checkpointing, uniform splits, plans, selective,
+torch.compile's memory budget.
 
 ``strategy_menu`` lists the strategies for one Sequential (the planner's plans among them) and
 ``measure_strategies`` measures each with one training step: real, or a dry run on meta inputs.
@@ -16,14 +17,15 @@ from tutorial_utils.checkpointing.segments import Segments
 from tutorial_utils.checkpointing.selective import OffloadedActivations, SelectiveCheckpoint
 from tutorial_utils.measurement.step import sweep_segments
 from tutorial_utils.planning.budget import plan_within
-from tutorial_utils.planning.nested import NestedPlan
+from tutorial_utils.planning.compile_budget import CompileBudget
+from tutorial_utils.planning.nested import NestedPlan, nested_from_profile
 from tutorial_utils.planning.planner import (
     Plan,
     evaluate_plan,
     plan_from_profile,
     uniform_boundaries,
 )
-from tutorial_utils.planning.profile import profile_sequential
+from tutorial_utils.planning.profile import ModelProfile, profile_sequential
 from tutorial_utils.units import MB, ratio
 
 
@@ -32,7 +34,7 @@ class Strategy:
     """One way to run the step: ``segments`` is what ``forward_segments`` accepts."""
 
     name: str
-    kind: str  # none | uniform | sqrt(n) | planned | selective | offload
+    kind: str  # none | uniform | sqrt(n) | planned | nested | selective | compile budget | offload
     segments: Segments
     predicted: Plan | NestedPlan | None = None  # the cost model's forecast, where it has one
 
@@ -44,15 +46,20 @@ def strategy_menu(
     uniform_counts: list[int] | None = None,
     budget_fractions: tuple[float, ...] = (0.5,),
     selective_regions: tuple[int, ...] = (),
+    nested_fractions: tuple[float, ...] = (),
+    compile_budgets: tuple[float, ...] = (),
 ) -> list[Strategy]:
-    """No checkpointing, uniform splits (default 2..n), sqrt(n), planned plans, selective, offload.
+    """No checkpointing, uniform splits (default 2..n), sqrt(n), planned plans, nested plans,
+    selective, torch.compile's partition at each of ``compile_budgets``, offload.
 
     Planned budgets sit at ``budget_fractions`` of the way from the least reachable peak to the
     peak without checkpointing (each plan measured to fit its budget, ``planning.budget``; a
     budget no plan meets is left out); the least-peak plan is always included. Their names give the
     budget as bytes added on top of parameters, buffers and batch (activations + gradients), the
-    part a plan changes and ``measure_strategies`` reports as ``added_mb``. Offloading is offered
-    only on CUDA, where it means something.
+    part a plan changes and ``measure_strategies`` reports as ``added_mb``. Nested plans sit at
+    ``nested_fractions`` of the way from the nested program's least peak to no checkpointing, and
+    are listed only where they differ from one level (some module runs three or more times).
+    Offloading is offered only on CUDA, where it means something.
     """
     profile = profile_sequential(model, sample_input)
     n = len(profile)
@@ -75,12 +82,45 @@ def strategy_menu(
             continue
         label = f"planned, budget {(budget - profile.baseline_bytes) / MB:.1f} MiB added"
         menu.append(Strategy(label, "planned", plan, plan))
+    menu += _nested_plans(model, sample_input, profile, nested_fractions, plain_peak)
     menu += [
         Strategy(f"selective, {k} regions", "selective", SelectiveCheckpoint(k))
         for k in selective_regions
     ]
+    menu += [
+        Strategy(f"compile budget {b:.2f}", "compile budget", CompileBudget(b))
+        for b in compile_budgets
+    ]
     if sample_input.device.type == "cuda":
         menu.append(Strategy("offload to CPU", "offload", OffloadedActivations()))
+    return menu
+
+
+def _nested_plans(
+    model: nn.Sequential,
+    sample_input: torch.Tensor,
+    profile: ModelProfile,
+    fractions: tuple[float, ...],
+    plain_peak: int,
+) -> list[Strategy]:
+    """Nested plans at ``fractions`` of the way from their least peak to ``plain_peak``, each
+    measured to keep its budget; those that recompute no module twice are one-level plans, left
+    out. A budget is named by what it adds, as the one-level plans' are."""
+    if not fractions:
+        return []
+    least = nested_from_profile(profile).predicted_peak_bytes
+    menu, seen = [], set()
+    for fraction in fractions:
+        budget = int(least + fraction * (plain_peak - least))
+        try:
+            plan = plan_within(model, sample_input, profile, budget, nested_from_profile)
+        except ValueError:
+            continue
+        if not isinstance(plan, NestedPlan) or max(plan.runs) <= 2 or plan.schedule in seen:
+            continue
+        seen.add(plan.schedule)
+        label = f"nested, budget {(budget - profile.baseline_bytes) / MB:.1f} MiB added"
+        menu.append(Strategy(label, "nested", plan, plan))
     return menu
 
 
