@@ -163,7 +163,7 @@ class CompileBudget:
 
 def _run_graph_as_is(graph: torch.fx.GraphModule, _inputs) -> Callable:
     """AOTAutograd's compiler hook that compiles nothing: the graph runs op by op."""
-    from torch._functorch.aot_autograd import make_boxed_func
+    from functorch.compile import make_boxed_func
 
     return make_boxed_func(graph.forward)
 
@@ -174,8 +174,7 @@ def _trace_partitioned(model: nn.Module, sample: torch.Tensor, budget: float) ->
     outside any tracker or FLOP counter (it runs one forward on fake and real tensors), and the
     buffers that forward updates (BatchNorm's statistics) are put back."""
     import torch._functorch.config as functorch_config
-    from torch._functorch.aot_autograd import aot_module
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
+    from functorch.compile import aot_module, min_cut_rematerialization_partition
     from torch._inductor.compile_fx import select_decomp_table
 
     buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
