@@ -14,6 +14,7 @@ from tutorial_utils.articles.models import NetA, neta_as_sequential
 from tutorial_utils.checkpointing.batchnorm import running_stats
 from tutorial_utils.checkpointing.segments import EqualSegments, forward_segments
 from tutorial_utils.checkpointing.selective import SelectiveCheckpoint
+from tutorial_utils.lessons.choosing_what_to_checkpoint import batchnorm_updates
 from tutorial_utils.measurement.dry_run import meta_copy
 from tutorial_utils.planning.budget import plan_checkpoints
 
@@ -103,3 +104,11 @@ def test_gradients_are_unchanged_by_the_fix(setting):
         grads.append([p.grad for p in probe.parameters()])
     for other in grads[1:]:
         assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(grads[0], other, strict=True))
+
+
+def test_the_lessons_table_counts_double_updates_and_how_far_statistics_moved(setting):
+    model, x, y, _ = setting
+    table = batchnorm_updates(model, x, y, {"segments=4": 4, "equal": EqualSegments(4)})
+    plain_split, equal = table.splitlines()[1:]
+    assert " 0 of " not in plain_split and "differ by up to" in plain_split
+    assert equal.split()[1:] == ["0", "of", str(len(running_stats(model))), "identical"]

@@ -82,7 +82,17 @@ def test_dry_run_rows_cover_every_setting_and_are_labelled(dry):
     assert set(article) == {"0 segments", "2 segments"}
     for label in ("0 segments", "2 segments", "4 segments", "6 segments (sqrt n)", "10 segments"):
         assert label in flat
-    kinds = ("best uniform", "planner, least peak", "selective, 4", "selective, 6", "floor")
+    kinds = (
+        "best uniform",
+        "planner, least peak",
+        "nested, least peak",
+        "selective, 4",
+        "selective, 6",
+        "compile budget 0.0",
+        "compile budget 0.5",
+        "compile budget 1.0",
+        "floor",
+    )
     assert all(any(label.startswith(kind) for label in flat) for kind in kinds)
     assert neta[:4] == [(b, s) for b in (23, 31) for s in ("none", NETA_CHECKPOINTED)]
     assert [s.split(",")[0] for _, s in neta[4:]] == ["none", NETA_CHECKPOINTED]
@@ -103,6 +113,10 @@ def test_dry_run_peaks_are_ordered_as_checkpointing_allows(dry):
         return row["tracked_peak_mb"]
 
     assert peak("floor") <= peak("planner") <= peak("best uniform") < peak("0 segments")
+    assert peak("floor") <= peak("nested")
+    compiled = [row for label, row in flat.items() if label.startswith("compile budget")]
+    assert compiled[0]["step_gflop"] > compiled[-1]["step_gflop"]  # budget 0 recomputes most
+    assert compiled[-1]["step_gflop"] == flat["0 segments"]["step_gflop"]  # budget 1: none
     uniform = [row for label, row in flat.items() if label.split(" ")[0].isdigit()]
     assert all(peak("best uniform") <= row["tracked_peak_mb"] for row in uniform)
     article = _rows(dry, VGG16_ARTICLE)  # one segment holds every convolution: nothing saved
@@ -184,3 +198,17 @@ def test_deep_chain_rows_show_nested_below_one_level_within_one_forward_pass(dry
     assert nested["activation_peak_mb"] < one["activation_peak_mb"] < plain["activation_peak_mb"]
     assert one["flops_ratio"] < nested["flops_ratio"] <= one["flops_ratio"] + 1 / 3 + 1e-9
     assert "(runs 2x)" in next(label for label in rows if label.startswith("one level"))
+
+
+def test_the_batchnorm_table_separates_the_double_update_from_the_strategies_that_keep_it():
+    lines = bench.batchnorm_bench().splitlines()[1:]
+    rows = {line.split("  ")[0]: line for line in lines}
+    assert " 0 of 8" not in rows["segments=4 (checkpoint_sequential)"]
+    for name in (
+        "EqualSegments(4)",
+        "planner, least peak",
+        "nested, least peak",
+        "SelectiveCheckpoint(3)",
+    ):
+        assert rows[name].endswith(" 0 of 8  identical"), rows[name]
+    assert " 0 of 8  " in rows["CompileBudget(0.5)"]  # one update; rounding differs at most

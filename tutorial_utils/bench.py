@@ -4,12 +4,16 @@ Two tables, because no one machine shows both halves of the trade-off at the art
 
 * **Dry runs at the articles' sizes** (``DRY_RUN_LABEL``): the first article's VGG16 at 224 px,
   batch 64, SGD momentum (article layout, flat layout's segment counts, the best uniform split,
-  the planner, selective checkpointing, and the floor no plan can beat) and the second article's
+  the planner one level and nested, selective checkpointing, torch.compile's partition at three
+  memory budgets, and the floor no plan can beat) and the second article's
   NetA at 224 px with Adam (batches 23 and 31, and its largest batch under the 2.5 GB card). The
   meta device gives exact tensor bytes and FLOPs, no time, in seconds on any machine.
 * **Real steps at the active profile's sizes** on this machine: memory and measured step time,
   each row with the time ratio its FLOPs predict (a dry run of the same step) beside the measured
   one, so the reader sees how far FLOPs explain time.
+
+* **BatchNorm after one real step** of NetA at 32 px under each strategy: which update the
+  running statistics twice, and how far the statistics land from the plain step's.
 
 Every figure is also given as a ratio to the same model without checkpointing.
 """
@@ -24,14 +28,21 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from tutorial_utils.articles.models import NETA_SEGMENTS, NetA, flatten_vgg16, vgg16_classifier
+from tutorial_utils.articles.models import (
+    NETA_SEGMENTS,
+    NetA,
+    flatten_vgg16,
+    neta_as_sequential,
+    vgg16_classifier,
+)
 from tutorial_utils.articles.profiles import Profile, get_profile
 from tutorial_utils.articles.quoted import NETA_ARTICLE
-from tutorial_utils.checkpointing.segments import Segments
+from tutorial_utils.checkpointing.segments import EqualSegments, Segments
 from tutorial_utils.checkpointing.selective import SelectiveCheckpoint
 from tutorial_utils.display.tables import Column, columns_table
 from tutorial_utils.estimate.timing import estimate_bench, print_estimate_bench
 from tutorial_utils.lessons.choosing_what_to_checkpoint import (
+    batchnorm_updates,
     deep_tanh_chain,
     one_level_against_nested,
 )
@@ -48,6 +59,7 @@ from tutorial_utils.measurement.step import (
 )
 from tutorial_utils.measurement.timing import load_average_line
 from tutorial_utils.planning.budget import plan_checkpoints
+from tutorial_utils.planning.compile_budget import CompileBudget
 from tutorial_utils.planning.limits import peak_floor
 from tutorial_utils.planning.profile import profile_sequential
 from tutorial_utils.planning.strategies import measure_strategies, strategy_menu
@@ -60,6 +72,7 @@ FLAT_SEGMENTS = (0, 2, 4, round(math.sqrt(FLAT_MODULES)), 10)  # sqrt(40 modules
 
 ARTICLE_SIDE, ARTICLE_BATCH = 224, 64  # the first article's VGG16 step
 SELECTIVE_REGIONS = (4, 6, 10)
+COMPILE_BUDGETS = (0.0, 0.5, 1.0)  # torch._functorch.config.activation_memory_budget
 NETA_ARTICLE_BATCHES = (23, 31)  # the second article's largest batches, plain and checkpointed
 ARTICLE_CARD_BYTES = NETA_ARTICLE.card_bytes
 DEEP_CHAIN_PAIRS, DEEP_CHAIN_BATCH = 128, 4096  # issue 23's chain: 257 modules
@@ -216,9 +229,20 @@ def vgg16_dry_run_rows() -> tuple[list[dict], float, str]:
             planned,
         )
     )
+    nested = plan_checkpoints(flat, inputs, nested=True)
+    group.append(
+        _row(
+            VGG16_FLAT,
+            f"nested, least peak (runs {max(nested.runs)}x)",
+            dry_run_step(flat, shape, nested),
+        )
+    )
     for regions in SELECTIVE_REGIONS:
         report = dry_run_step(flat, shape, SelectiveCheckpoint(regions))
         group.append(_row(VGG16_FLAT, f"selective, {regions} regions", report))
+    for budget in COMPILE_BUDGETS:
+        report = dry_run_step(flat, shape, CompileBudget(budget))
+        group.append(_row(VGG16_FLAT, f"compile budget {budget:.1f} (op by op)", report))
     floor = peak_floor(flat, inputs, targets, optimizer_factory=default_optimizer)
     group.append(
         {
@@ -290,6 +314,24 @@ def deep_chain_dry_run_rows(pairs: int = DEEP_CHAIN_PAIRS) -> list[dict]:
         runs = max(comparison["plans"][key].runs)
         rows.append(_row(name, f"{label} (runs {runs}x)", comparison["reports"][key]))
     return add_ratios(rows)
+
+
+def batchnorm_bench() -> str:
+    """NetA as a Sequential at 32 px, batch 4, one real CPU step per strategy: the BatchNorm
+    layers updated twice and the running statistics against the plain step's."""
+    torch.manual_seed(0)
+    neta = neta_as_sequential(NetA())
+    inputs, targets = torch.randn(4, 3, 32, 32), torch.randint(0, CIFAR_CLASSES, (4,))
+    sample = inputs.to("meta")
+    strategies: dict[str, Segments] = {
+        "segments=4 (checkpoint_sequential)": 4,
+        "EqualSegments(4)": EqualSegments(4),
+        "planner, least peak": plan_checkpoints(neta, sample),
+        "nested, least peak": plan_checkpoints(neta, sample, nested=True),
+        "SelectiveCheckpoint(3)": SelectiveCheckpoint(3),
+        "CompileBudget(0.5)": CompileBudget(0.5),
+    }
+    return batchnorm_updates(neta, inputs, targets, strategies)
 
 
 def dry_run_bench(deep_chain_pairs: int = DEEP_CHAIN_PAIRS) -> DryRunBench:
@@ -373,6 +415,11 @@ def print_dry_run_bench(bench: DryRunBench) -> None:
         "checkpointing, which recomputes only those, is predicted at no extra time."
     )
     print(
+        "Compile budget: torch.compile's min-cut partition at that "
+        "activation_memory_budget (planning.compile_budget.CompileBudget), its graph run op by op "
+        "as aot_eager_decomp_partition runs it; Inductor's fused kernels are not measured."
+    )
+    print(
         "Floor (flat VGG16; limits.peak_floor: a lower bound for every plan, from a dry run of "
         f"each module's backward alone): {bench.floor}."
     )
@@ -414,6 +461,10 @@ def bench_main(
     print(f"hardware: {hardware_line(device)}; {load_average_line()}")
     print()
     print_dry_run_bench(dry_run_bench())
+    print()
+    print("BatchNorm after one real training step, NetA as a Sequential at 32 px, batch 4 (CPU):")
+    print()
+    print(batchnorm_bench())
 
     _print_timed(
         f"Real steps on {device}, measured: VGG16 {profile.image_size} px, NetA "
