@@ -26,7 +26,7 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 REHEARSAL_STEPS = "2"
 SKIPPED_REPORT = "cells skipped for want of CUDA"
 # A cell that runs this long has hung (the longest, a VGG16 training at 224 px, takes minutes).
-CELL_TIMEOUT_S = 3600
+CELL_TIMEOUT_S = 1800
 SLOWEST_SHOWN = 4
 # Every cell that runs only on CUDA guards itself with ``lessons.cuda_only.needs_cuda``, which
 # prints one line where CUDA is absent and counts it; this cell, appended to the copy that runs,
