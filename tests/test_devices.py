@@ -96,8 +96,8 @@ def test_a_step_report_shows_mps_readings_beside_the_tracked_peak_labelled() -> 
     )
     line = report.mps_readings
     assert line.startswith(MPS_LABEL) and MPS_UNTESTED in line
-    assert "3.0 MB in tensors" in line and "8.0 MB held by the Metal driver" in line
-    assert "tracked peak 10.0 MB" in line
+    assert "3.0 MiB in tensors" in line and "8.0 MiB held by the Metal driver" in line
+    assert "tracked peak 10.0 MiB" in line
 
 
 def test_a_cpu_step_has_no_mps_readings_and_says_why() -> None:

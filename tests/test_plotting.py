@@ -78,7 +78,7 @@ def test_batch_search_draws_budget_and_out_of_memory_trials():
     figure = plot_batch_search({"plain": fits, "real run": oom}, budget, quoted={"plain": 23})
     assert_labelled(figure)
     legend = [t.get_text() for t in figure.axes[0].get_legend().get_texts()]
-    assert "budget 10 MB" in legend and "plain: article's 23" in legend
+    assert "budget 10 MiB" in legend and "plain: article's 23" in legend
     assert "real run: out of memory" in legend and "plain: stopped over budget" in legend
 
 

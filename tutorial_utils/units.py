@@ -1,7 +1,7 @@
 """Units shared by every layer: one definition of a megabyte, and of a ratio between figures.
 
-Figures in this tutorial are MiB (2**20 bytes), written "MB" as PyTorch's and nvidia-smi's
-figures usually are.
+Figures in this tutorial are MiB (2**20 bytes), and say so: nvidia-smi prints MiB too. Only the
+articles' quoted figures keep their "MB" (NVML's MiB, as they printed them).
 """
 
 from __future__ import annotations

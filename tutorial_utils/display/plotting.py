@@ -109,7 +109,7 @@ def plot_breakdown(reports: Mapping[str, Any], *, subtitle: str | None = None) -
             )
             cuda_marked = True
     ax.set_ylim(0, 1.12 * max(bottoms))
-    ax.set_ylabel("peak memory (MB)")
+    ax.set_ylabel("peak memory (MiB)")
     ax.set_xlabel("run")
     handles, names = ax.get_legend_handles_labels()
     ax.legend(handles[::-1], names[::-1], fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
@@ -140,7 +140,7 @@ def plot_segment_sweep(
     ]
     if cuda:
         ax.plot(*zip(*cuda, strict=True), "^:", color="C2", label="CUDA peak allocated")
-    ax.set_ylabel("peak memory (MB)", color="C0")
+    ax.set_ylabel("peak memory (MiB)", color="C0")
     ax.set_ylim(bottom=0, top=1.1 * max(r.peak_bytes / MB for r in records))
     time_ax = ax.twinx()
     dry = all(r.seconds is None for r in records)
@@ -161,7 +161,7 @@ def plot_segment_sweep(
         color="C1",
         label="activation peak",
     )
-    act_ax.set_ylabel("activation peak (MB)")
+    act_ax.set_ylabel("activation peak (MiB)")
     act_ax.set_title("what checkpointing changes: activations alone", fontsize=10)
     for axis in (ax, act_ax):
         axis.set_xlabel("checkpoint segments (0/1 = none)")
@@ -208,7 +208,7 @@ def plot_batch_search(
         raise ValueError("results is empty: pass {'label': find_max_batch_size(...), ...}")
     fig, (ax,) = _new_figure()
     budget_mb = budget_bytes / MB
-    ax.axhline(budget_mb, color="black", linestyle="--", label=f"budget {budget_mb:.0f} MB")
+    ax.axhline(budget_mb, color="black", linestyle="--", label=f"budget {budget_mb:.0f} MiB")
     for index, (label, result) in enumerate(results.items()):
         color = f"C{index}"
         completed = sorted(
@@ -257,7 +257,7 @@ def plot_batch_search(
                 label=f"{label}: article's {quoted[label]}",
             )
     ax.set_xlabel("batch size")
-    ax.set_ylabel("peak memory (MB)")
+    ax.set_ylabel("peak memory (MiB)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return _finish(
@@ -382,7 +382,7 @@ def plot_step_timelines(reports: Mapping[str, Any], *, subtitle: str | None = No
         ax.tick_params(labelbottom=False)
         ax.grid(alpha=0.3, axis="y")
         if column == 0:
-            ax.set_ylabel("live tensor memory (MB)")
+            ax.set_ylabel("live tensor memory (MiB)")
         for phase, start, count in _phase_runs([event.phase for event in report.timeline]):
             strip.broken_barh([(start + 1, count)], (0, 1), color=PHASE_COLORS[phase])
         strip.set_xlim(1, end)

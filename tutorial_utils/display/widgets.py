@@ -66,9 +66,9 @@ def budget_slider(
     value: float,
     min_mb: float = 1.0,
     step_mb: float = 1.0,
-    description: str = "memory budget (MB)",
+    description: str = "memory budget (MiB)",
 ) -> widgets.FloatSlider:
-    """A memory budget in MB (multiply by 2**20 for bytes)."""
+    """A memory budget in MiB (multiply by 2**20 for bytes)."""
     if not 0 < min_mb <= value <= max_mb or step_mb <= 0:
         raise ValueError(
             f"need 0 < min_mb <= value <= max_mb and step_mb > 0, got {min_mb}, {value}, {max_mb}, {step_mb}"

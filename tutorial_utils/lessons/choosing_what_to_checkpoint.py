@@ -255,10 +255,10 @@ def plot_pareto(
     ax.set_xlabel(
         "predicted step time / no checkpointing (FLOPs, dry run)"
         if dry
-        else "step time (s, one measured step each)"
+        else "step time (s, fastest of the measured steps)"
     )
     ax.set_ylabel(
-        "gradients + activations at the peak (MB)" if y == "added_mb" else "tracked peak (MB)"
+        "gradients + activations at the peak (MiB)" if y == "added_mb" else "tracked peak (MiB)"
     )
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.grid(alpha=0.3)
@@ -305,7 +305,7 @@ def plot_plan(
 
 
 class BudgetExplorer:
-    """A budget slider (MB of gradients + activations) that re-plans and redraws on every change,
+    """A budget slider (MiB of gradients + activations) that re-plans and redraws on every change,
     one level or nested (a checkbox).
 
     ``explore(budget_mb, nested)`` is the callback as a plain function: it returns the figure
@@ -323,7 +323,7 @@ class BudgetExplorer:
             max_mb=float(int(high) + 1),
             value=float(round((low + high) / 2)),
             min_mb=max(1.0, float(int(low) - 1)),
-            description="budget: gradients + activations (MB)",
+            description="budget: gradients + activations (MiB)",
         )
         self.nested = widgets.Checkbox(
             value=False, description="nested: modules may run 3+ times", indent=False

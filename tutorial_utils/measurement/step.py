@@ -120,9 +120,9 @@ class StepReport:
         if self.mps_allocated is None or self.mps_driver_allocated is None:
             return None
         return (
-            f"{MPS_LABEL}: {self.mps_allocated / MB:,.1f} MB in tensors, "
-            f"{self.mps_driver_allocated / MB:,.1f} MB held by the Metal driver "
-            f"(tracked peak {self.peak_mb:,.1f} MB)"
+            f"{MPS_LABEL}: {self.mps_allocated / MB:,.1f} MiB in tensors, "
+            f"{self.mps_driver_allocated / MB:,.1f} MiB held by the Metal driver "
+            f"(tracked peak {self.peak_mb:,.1f} MiB)"
         )
 
     @property

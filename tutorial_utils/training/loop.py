@@ -58,9 +58,9 @@ class EpochRecord:
         )
         extras = [f"epoch seconds={self.seconds:.1f}"]
         if self.tracked_peak_mb is not None:
-            extras.append(f"tracked peak={self.tracked_peak_mb:.1f} MB")
+            extras.append(f"tracked peak={self.tracked_peak_mb:.1f} MiB")
         if self.cuda_peak_allocated_mb is not None:
-            extras.append(f"CUDA peak allocated={self.cuda_peak_allocated_mb:.1f} MB")
+            extras.append(f"CUDA peak allocated={self.cuda_peak_allocated_mb:.1f} MiB")
         return line + " | " + ", ".join(extras)
 
 
@@ -201,11 +201,11 @@ def resume(checkpoint_dir: Path, model: nn.Module, optimizer, history: History) 
 
 
 def describe_saved(paths: Iterable[Path]) -> str:
-    """'wrote data/runs/plain/epoch_1.pt, training_state_1.pt (1056.3 MB)': what an epoch put on disk."""
+    """'wrote data/runs/plain/epoch_1.pt, training_state_1.pt (1056.3 MiB)': what an epoch put on disk."""
     paths = list(paths)
     size = sum(path.stat().st_size for path in paths) / MB
     folder = os.path.relpath(paths[0].parent) if paths else "."  # as the reader would cd there
-    return f"wrote {folder}/{', '.join(p.name for p in paths)} ({size:.1f} MB)"
+    return f"wrote {folder}/{', '.join(p.name for p in paths)} ({size:.1f} MiB)"
 
 
 def collect_finished_iterators() -> None:
