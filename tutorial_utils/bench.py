@@ -42,6 +42,7 @@ from tutorial_utils.checkpointing.selective import SelectiveCheckpoint
 from tutorial_utils.display.tables import Column, columns_table
 from tutorial_utils.estimate.timing import estimate_bench, print_estimate_bench
 from tutorial_utils.lessons.choosing_what_to_checkpoint import (
+    DRY_RUN_COMPILE_BUDGETS,
     batchnorm_updates,
     deep_tanh_chain,
     one_level_against_nested,
@@ -72,7 +73,6 @@ FLAT_SEGMENTS = (0, 2, 4, round(math.sqrt(FLAT_MODULES)), 10)  # sqrt(40 modules
 
 ARTICLE_SIDE, ARTICLE_BATCH = 224, 64  # the first article's VGG16 step
 SELECTIVE_REGIONS = (4, 6, 10)
-COMPILE_BUDGETS = (0.0, 0.5, 1.0)  # torch._functorch.config.activation_memory_budget
 NETA_ARTICLE_BATCHES = (23, 31)  # the second article's largest batches, plain and checkpointed
 ARTICLE_CARD_BYTES = NETA_ARTICLE.card_bytes
 DEEP_CHAIN_PAIRS, DEEP_CHAIN_BATCH = 128, 4096  # issue 23's chain: 257 modules
@@ -240,7 +240,7 @@ def vgg16_dry_run_rows() -> tuple[list[dict], float, str]:
     for regions in SELECTIVE_REGIONS:
         report = dry_run_step(flat, shape, SelectiveCheckpoint(regions))
         group.append(_row(VGG16_FLAT, f"selective, {regions} regions", report))
-    for budget in COMPILE_BUDGETS:
+    for budget in DRY_RUN_COMPILE_BUDGETS:
         report = dry_run_step(flat, shape, CompileBudget(budget))
         group.append(_row(VGG16_FLAT, f"compile budget {budget:.1f} (op by op)", report))
     floor = peak_floor(flat, inputs, targets, optimizer_factory=default_optimizer)

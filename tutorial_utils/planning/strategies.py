@@ -87,13 +87,19 @@ def strategy_menu(
         Strategy(f"selective, {k} regions", "selective", SelectiveCheckpoint(k))
         for k in selective_regions
     ]
-    menu += [
-        Strategy(f"compile budget {b:.2f}", "compile budget", CompileBudget(b))
-        for b in compile_budgets
-    ]
+    menu += compile_budget_strategies(compile_budgets)
     if sample_input.device.type == "cuda":
         menu.append(Strategy("offload to CPU", "offload", OffloadedActivations()))
     return menu
+
+
+def compile_budget_strategies(budgets: tuple[float, ...]) -> list[Strategy]:
+    """``torch.compile``'s partition at each memory budget, as strategies. Its figures move with
+    the torch release (the partitioner and its decompositions change), so a notebook shows them
+    apart from the plans' release-independent ones."""
+    return [
+        Strategy(f"compile budget {b:.2f}", "compile budget", CompileBudget(b)) for b in budgets
+    ]
 
 
 def _nested_plans(
