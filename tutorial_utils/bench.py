@@ -1,6 +1,7 @@
 """``python -m tutorial_utils bench``: memory and time with and without checkpointing, side by side.
 
-Two tables, because no one machine shows both halves of the trade-off at the articles' sizes:
+Two tables, because no one machine shows both halves of the trade-off at the articles' sizes,
+and a BatchNorm check:
 
 * **Dry runs at the articles' sizes** (``DRY_RUN_LABEL``): the first article's VGG16 at 224 px,
   batch 64, SGD momentum (article layout, flat layout's segment counts, the best uniform split,
@@ -11,7 +12,6 @@ Two tables, because no one machine shows both halves of the trade-off at the art
 * **Real steps at the active profile's sizes** on this machine: memory and measured step time,
   each row with the time ratio its FLOPs predict (a dry run of the same step) beside the measured
   one, so the reader sees how far FLOPs explain time.
-
 * **BatchNorm after one real step** of NetA at 32 px under each strategy: which update the
   running statistics twice, and how far the statistics land from the plain step's.
 

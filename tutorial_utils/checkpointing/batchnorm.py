@@ -82,6 +82,19 @@ def relative_distance(stats: RunningStats, reference: RunningStats) -> float:
     return math.sqrt(difference / reference_norm)
 
 
+def largest_difference(stats: RunningStats, reference: RunningStats) -> float:
+    """The largest absolute difference of any running mean or variance from the reference's: 0
+    where they are identical, rounding-sized where only the arithmetic differed."""
+    return max(
+        (
+            float((stats[name][stat].double() - layer[stat].double()).abs().max())
+            for name, layer in reference.items()
+            for stat in STAT_NAMES[:2]
+        ),
+        default=0.0,
+    )
+
+
 def updates_per_step(
     model: nn.Module,
     inputs: torch.Tensor,

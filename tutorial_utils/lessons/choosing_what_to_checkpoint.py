@@ -22,7 +22,7 @@ from matplotlib.patches import Patch
 
 from tutorial_utils.articles.models import vgg16_classifier
 from tutorial_utils.articles.profiles import Profile
-from tutorial_utils.checkpointing.batchnorm import running_stats
+from tutorial_utils.checkpointing.batchnorm import largest_difference, running_stats
 from tutorial_utils.checkpointing.segments import forward_segments
 from tutorial_utils.display.labels import annotate_points
 from tutorial_utils.display.plotting import figure_subtitle
@@ -156,12 +156,7 @@ def batchnorm_updates(
     for name, segments in strategies.items():
         stats = step(segments)
         doubled = sum(int(layer["num_batches_tracked"]) > 1 for layer in stats.values())
-        gap = max(
-            (stats[layer][key].double() - plain[layer][key].double()).abs().max().item()
-            for layer in plain
-            for key in plain[layer]
-            if key != "num_batches_tracked"
-        )
+        gap = largest_difference(stats, plain)
         verdict = (
             "identical"
             if gap == 0
