@@ -1,7 +1,8 @@
 """Notebook 05: checkpointing under DDP and FSDP, run for real by ``launch``. One module per
 job: ``model`` (the block model and the batch each rank takes), ``ddp_cases`` (the reentrant trap
-and its fixes), ``memory`` (sharding against checkpointing, measured per rank) and ``panels``
-(table, figure, sliders); the notebook imports every name from here."""
+and its fixes), ``memory`` (sharding against checkpointing, measured per rank), ``hang_guard``
+(how long ``launch`` waits for the ranks' work) and ``panels`` (table, figure, sliders); the
+notebook imports every name from here."""
 
 from tutorial_utils.lessons.checkpointing_at_scale.ddp_cases import (
     DDP_CASES,
@@ -15,6 +16,7 @@ from tutorial_utils.lessons.checkpointing_at_scale.ddp_cases import (
     run_ddp_cases,
     stall_on_rank,
 )
+from tutorial_utils.lessons.checkpointing_at_scale.hang_guard import hang_guard_s
 from tutorial_utils.lessons.checkpointing_at_scale.memory import (
     DISTRIBUTED_SETUPS,
     SETUPS,
@@ -84,6 +86,7 @@ __all__ = [
     "format_ddp_cases",
     "global_batch",
     "gradient_norm",
+    "hang_guard_s",
     "measure_distributed_setups",
     "measure_setup",
     "memory_comparison_panel",

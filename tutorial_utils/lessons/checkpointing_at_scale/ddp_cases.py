@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from tutorial_utils.display.tables import text_table
+from tutorial_utils.lessons.checkpointing_at_scale.hang_guard import hang_guard_s
 from tutorial_utils.lessons.checkpointing_at_scale.model import (
     BlockNetConfig,
     build_model,
@@ -21,7 +22,13 @@ from tutorial_utils.lessons.checkpointing_at_scale.model import (
     single_process_gradients,
 )
 from tutorial_utils.measurement.gradients import gradients_match
-from tutorial_utils.training.distributed import DeviceType, RankContext, launch
+from tutorial_utils.training.distributed import (
+    DeviceType,
+    RankContext,
+    default_device_type,
+    default_world_size,
+    launch,
+)
 
 
 @dataclass(frozen=True)
@@ -149,9 +156,17 @@ def compare_ddp_cases(
     cases: tuple[DDPCase, ...] = DDP_CASES,
 ) -> list[DDPCaseSummary]:
     """Run every case under DDP and check each rank's gradients against one process."""
-    if world_size is not None:
-        config.check_splits(world_size)
-    per_rank = launch(run_ddp_cases, config, cases, world_size=world_size, device_type=device_type)
+    device_type = device_type or default_device_type()
+    world_size = default_world_size(device_type) if world_size is None else world_size
+    config.check_splits(world_size)
+    per_rank = launch(
+        run_ddp_cases,
+        config,
+        cases,
+        world_size=world_size,
+        device_type=device_type,
+        timeout_s=hang_guard_s(config, len(cases), world_size, device_type),
+    )
     summaries = []
     for index, case in enumerate(cases):
         results = [rank_results[index] for rank_results in per_rank]

@@ -18,6 +18,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
+from tutorial_utils.lessons.checkpointing_at_scale.hang_guard import hang_guard_s
 from tutorial_utils.lessons.checkpointing_at_scale.model import (
     BlockNetConfig,
     ResidualBlock,
@@ -26,7 +27,13 @@ from tutorial_utils.lessons.checkpointing_at_scale.model import (
     rank_slice,
 )
 from tutorial_utils.measurement.tracker import TensorMemoryTracker
-from tutorial_utils.training.distributed import DeviceType, RankContext, launch
+from tutorial_utils.training.distributed import (
+    DeviceType,
+    RankContext,
+    default_device_type,
+    default_world_size,
+    launch,
+)
 from tutorial_utils.units import MB
 
 SINGLE_PROCESS = "single process"
@@ -160,12 +167,18 @@ def compare_memory(
     config: BlockNetConfig, world_size: int | None = None, device_type: DeviceType | None = None
 ) -> list[MemoryRecord]:
     """The single-process step here, then every distributed setup on every rank."""
-    if world_size is not None:
-        config.check_splits(world_size)
+    device_type = device_type or default_device_type()
+    world_size = default_world_size(device_type) if world_size is None else world_size
+    config.check_splits(world_size)
     device = "cuda" if device_type == "cuda" else "cpu"
     records = [measure_setup(SINGLE_PROCESS, config, device=device)]
+    steps_per_rank = len(DISTRIBUTED_SETUPS) * (WARMUP_STEPS + 1)
     per_rank = launch(
-        measure_distributed_setups, config, world_size=world_size, device_type=device_type
+        measure_distributed_setups,
+        config,
+        world_size=world_size,
+        device_type=device_type,
+        timeout_s=hang_guard_s(config, steps_per_rank, world_size, device_type),
     )
     by_setup = sorted(
         (record for rank_records in per_rank for record in rank_records),
