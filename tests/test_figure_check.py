@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 
 import matplotlib
 import pytest
@@ -11,6 +12,7 @@ from matplotlib.figure import Figure
 
 from tutorial_utils.display.figure_check import (
     UnreadableFigure,
+    agg_renderer,
     check_figures_when_shown,
     figure_problems,
 )
@@ -110,4 +112,36 @@ def test_labels_of_nearly_coincident_points_are_placed_apart() -> None:
         label.remove()
     labels = annotate_points(ax, points)
     assert [label.get_text() for label in labels] == [p[2] for p in points]
+    assert figure_problems(figure) == []
+
+
+def test_a_label_sits_nearest_its_own_point_or_has_a_leader_line_to_it() -> None:
+    from matplotlib.text import Text
+
+    from tutorial_utils.display.labels import NEAREST_RING, annotate_points
+
+    figure = Figure(figsize=(5, 3.5))
+    ax = figure.subplots()
+    labelled = [(1.0, 1.0, "uniform 2"), (1.0, 1.002, "uniform 3")]
+    # unlabelled neighbours (other families) where the nearest labels would sit
+    unlabelled = [(1.0 + dx, 1.0 + dy) for dx in (-0.004, 0.004) for dy in (-0.003, 0.003, 0.005)]
+    xs, ys = zip(*([(x, y) for x, y, _ in labelled] + unlabelled), strict=True)
+    ax.scatter(xs, ys)
+    ax.set_xlim(0.95, 1.05)
+    ax.set_ylim(0.95, 1.05)
+    figure.tight_layout()
+    labels = annotate_points(ax, labelled)
+    renderer = agg_renderer(figure)
+    markers = ax.transData.transform(list(zip(xs, ys, strict=True)))
+    for label, (x, y, _) in zip(labels, labelled, strict=True):
+        box = Text.get_window_extent(label, renderer)  # the text alone, without its leader line
+        gaps = [
+            math.hypot(max(box.x0 - px, 0, px - box.x1), max(box.y0 - py, 0, py - box.y1))
+            for px, py in markers
+        ]
+        own = gaps[[p[:2] for p in labelled].index((x, y))]
+        nearest_is_own = min(gaps) == own
+        far = math.hypot(*label.xyann) > NEAREST_RING
+        assert (label.arrow_patch is not None) == (far or not nearest_is_own), label.get_text()
+    assert any(label.arrow_patch is not None for label in labels)  # the neighbours force one out
     assert figure_problems(figure) == []

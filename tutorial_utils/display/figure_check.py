@@ -118,8 +118,9 @@ def _legend_of(text: Text) -> Legend | None:
 
 
 def _corners(text: Text, renderer: RendererBase) -> np.ndarray:
-    """The four corners of the text's own (rotated) box, in display pixels."""
-    box = text.get_window_extent(renderer)
+    """The four corners of the text's own (rotated) box, in display pixels (an annotation's
+    leader line is not text: it may pass near other labels)."""
+    box = Text.get_window_extent(text, renderer)
     angle = math.radians(text.get_rotation() % 180)
     if "\n" in text.get_text() or min(abs(math.sin(angle)), abs(math.cos(angle))) < 1e-6:
         return np.array([[box.x0, box.y0], [box.x1, box.y0], [box.x1, box.y1], [box.x0, box.y1]])
