@@ -70,6 +70,12 @@ def default_device_type() -> DeviceType:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def resolve_ranks(world_size: int | None, device_type: DeviceType | None) -> tuple[int, DeviceType]:
+    """The ranks ``launch`` will start: the given ones, else its defaults for this machine."""
+    device_type = device_type or default_device_type()
+    return (default_world_size(device_type) if world_size is None else world_size), device_type
+
+
 def backend_for(device_type: str) -> Backend:
     """NCCL for GPUs, gloo for CPUs."""
     if device_type not in get_args(DeviceType):
@@ -103,9 +109,8 @@ def launch(
     dies, and after ``timeout_s``; in every case no rank process is left running.
     """
     check_spawnable(fn)
-    device_type = device_type or default_device_type()
+    world_size, device_type = resolve_ranks(world_size, device_type)
     backend = backend_for(device_type)
-    world_size = default_world_size(device_type) if world_size is None else world_size
     if world_size < 1:
         raise ValueError(f"world_size must be at least 1, got {world_size}")
     if device_type == "cuda" and world_size > torch.cuda.device_count():

@@ -25,9 +25,8 @@ from tutorial_utils.measurement.gradients import gradients_match
 from tutorial_utils.training.distributed import (
     DeviceType,
     RankContext,
-    default_device_type,
-    default_world_size,
     launch,
+    resolve_ranks,
 )
 
 
@@ -156,8 +155,7 @@ def compare_ddp_cases(
     cases: tuple[DDPCase, ...] = DDP_CASES,
 ) -> list[DDPCaseSummary]:
     """Run every case under DDP and check each rank's gradients against one process."""
-    device_type = device_type or default_device_type()
-    world_size = default_world_size(device_type) if world_size is None else world_size
+    world_size, device_type = resolve_ranks(world_size, device_type)
     config.check_splits(world_size)
     per_rank = launch(
         run_ddp_cases,

@@ -30,9 +30,8 @@ from tutorial_utils.measurement.tracker import TensorMemoryTracker
 from tutorial_utils.training.distributed import (
     DeviceType,
     RankContext,
-    default_device_type,
-    default_world_size,
     launch,
+    resolve_ranks,
 )
 from tutorial_utils.units import MB
 
@@ -167,8 +166,7 @@ def compare_memory(
     config: BlockNetConfig, world_size: int | None = None, device_type: DeviceType | None = None
 ) -> list[MemoryRecord]:
     """The single-process step here, then every distributed setup on every rank."""
-    device_type = device_type or default_device_type()
-    world_size = default_world_size(device_type) if world_size is None else world_size
+    world_size, device_type = resolve_ranks(world_size, device_type)
     config.check_splits(world_size)
     device = "cuda" if device_type == "cuda" else "cpu"
     records = [measure_setup(SINGLE_PROCESS, config, device=device)]
