@@ -16,12 +16,12 @@ from tutorial_utils.lessons.checkpointing_at_scale import (
     sizes_for,
 )
 from tutorial_utils.lessons.checkpointing_at_scale.hang_guard import (
-    MIN_GUARD_S,
     SAFETY_MARGIN,
     hang_guard_s,
     one_thread_flops_per_second,
     rank_step_flops,
 )
+from tutorial_utils.training.distributed import DEFAULT_TIMEOUT_S
 
 ARTICLE = sizes_for(PROFILES["article"])
 CI = sizes_for(PROFILES["ci"])
@@ -50,7 +50,7 @@ def test_more_work_waits_longer():
     def guard(config: BlockNetConfig, steps: int) -> float:
         return hang_guard_s(config, steps, 2, "cpu", flops_per_second=SLOW_RATE, cores=2)
 
-    assert guard(ARTICLE, 12) > guard(CI, 12) > MIN_GUARD_S
+    assert guard(ARTICLE, 12) > guard(CI, 12) > DEFAULT_TIMEOUT_S
     assert guard(ARTICLE, 12) == pytest.approx(2 * guard(ARTICLE, 6))
 
 
@@ -61,8 +61,8 @@ def test_ranks_sharing_a_core_wait_for_each_other():
 
 
 def test_small_work_and_gpus_keep_launchs_default():
-    assert hang_guard_s(CI, 1, 2, "cpu", flops_per_second=1e12, cores=2) == MIN_GUARD_S
-    assert hang_guard_s(ARTICLE, 12, 2, "cuda") == MIN_GUARD_S
+    assert hang_guard_s(CI, 1, 2, "cpu", flops_per_second=1e12, cores=2) == DEFAULT_TIMEOUT_S
+    assert hang_guard_s(ARTICLE, 12, 2, "cuda") == DEFAULT_TIMEOUT_S
 
 
 @pytest.mark.parametrize(

@@ -58,6 +58,9 @@ def free_loopback_port() -> int:
         return sock.getsockname()[1]
 
 
+DEFAULT_TIMEOUT_S = 300.0  # launch's hang guard: spawning ranks, importing torch, small steps
+
+
 def default_world_size(device_type: DeviceType) -> int:
     """All visible GPUs on CUDA; two processes on CPU (enough to shard, cheap on 2 cores)."""
     if device_type == "cuda":
@@ -101,7 +104,7 @@ def launch(
     *args: Any,
     world_size: int | None = None,
     device_type: DeviceType | None = None,
-    timeout_s: float = 300.0,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> list[Any]:
     """``[fn(RankContext(rank, ...), *args) for each rank]``, each call in its own process.
 

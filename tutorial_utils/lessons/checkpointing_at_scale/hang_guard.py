@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import os
 
-import torch
-
 from tutorial_utils.lessons.checkpointing_at_scale.model import BlockNetConfig, build_model
 from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step
+from tutorial_utils.measurement.timing import one_thread
 from tutorial_utils.planning.roofline import measure_machine
-from tutorial_utils.training.distributed import DeviceType
+from tutorial_utils.training.distributed import DEFAULT_TIMEOUT_S, DeviceType
 
-MIN_GUARD_S = 300.0  # launch's default: a GPU's steps, or spawning ranks and importing torch
 SAFETY_MARGIN = 4.0
 
 
@@ -36,12 +34,8 @@ def rank_step_flops(config: BlockNetConfig, world_size: int) -> int:
 
 def one_thread_flops_per_second() -> float:
     """This machine's float32 matrix-product rate on one thread, as a rank runs (measured)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_thread():
         return measure_machine().flops_per_second
-    finally:
-        torch.set_num_threads(threads)
 
 
 def available_cores() -> int:
@@ -67,10 +61,10 @@ def hang_guard_s(
     if steps_per_rank < 1:
         raise ValueError(f"steps_per_rank must be at least 1, got {steps_per_rank}")
     if device_type == "cuda":
-        return MIN_GUARD_S
+        return DEFAULT_TIMEOUT_S
     rate = one_thread_flops_per_second() if flops_per_second is None else flops_per_second
     if rate <= 0:
         raise ValueError(f"flops_per_second must be positive, got {rate}")
     share_of_a_core = min(1.0, (available_cores() if cores is None else cores) / world_size)
     work_s = steps_per_rank * rank_step_flops(config, world_size) / (rate * share_of_a_core)
-    return max(MIN_GUARD_S, SAFETY_MARGIN * work_s)
+    return max(DEFAULT_TIMEOUT_S, SAFETY_MARGIN * work_s)
