@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn as nn
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
+from tutorial_utils.articles.models import NetA, neta_as_sequential
 from tutorial_utils.checkpointing import batchnorm as bn
 
 
@@ -124,3 +127,105 @@ def test_counter_ratio_needs_a_trained_reference() -> None:
     untouched = bn.running_stats(build(False))
     with pytest.raises(ValueError, match="training step"):
         bn.counter_ratio(untouched, untouched)
+
+
+def test_freezing_survives_early_stop_inside_a_batchnorm() -> None:
+    """Non-reentrant early stop ends the recomputation inside ``m[1]``, once it has saved the last
+    tensor backward needs: momentum and counter still come back (stats_match compares counters)."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                      nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8))  # fmt: skip
+    plain = copy.deepcopy(m)
+    bn.freeze_stats_during_recompute(m)
+    x = torch.randn(4, 3, 8, 8, requires_grad=True)
+    y = m[2:](checkpoint(m[:2], x, use_reentrant=False))
+    y.sum().backward()
+    plain(x).sum().backward()
+    assert m[1].momentum == 0.1
+    assert bn.stats_match(bn.running_stats(m), bn.running_stats(plain), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("use_reentrant", [False, True])
+def test_freezing_survives_an_exception_inside_a_recomputed_batchnorm(
+    use_reentrant: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever ends a recomputation inside a BatchNorm, momentum and counter come back."""
+    real_batch_norm = nn.functional.batch_norm
+
+    def batch_norm(*args, **kwargs):
+        if bn.is_recomputing():
+            raise RuntimeError("recomputation failed")
+        return real_batch_norm(*args, **kwargs)
+
+    model = build(True, use_reentrant)
+    bn.freeze_stats_during_recompute(model)
+    monkeypatch.setattr(nn.functional, "batch_norm", batch_norm)
+    with pytest.raises(RuntimeError, match="recomputation failed"):
+        train(model, steps=1)
+    assert model.body[1].momentum == 0.1
+    assert int(bn.running_stats(model)["body.1"]["num_batches_tracked"]) == 1
+
+
+NETA = neta_as_sequential(NetA())  # conv, BN and ReLU each a module: a cut after any of them
+NETA_INPUTS = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(3))
+NETA_TARGETS = torch.arange(2)
+# three ways to cut NetA into segments of three modules: every module ends a segment in one of them
+NETA_SEGMENT_ENDS = [range(first, len(NETA) + 1, 3) for first in (1, 2, 3)]
+
+
+def neta_step(model: nn.Sequential, ends: range | None = None, use_reentrant: bool = False):
+    """One training step of ``model``, each segment that ends after the ``ends``-th modules
+    checkpointed (None: the plain step): the loss, the input's and every parameter's gradient,
+    the BatchNorm statistics and momenta."""
+    y = x = NETA_INPUTS.clone().requires_grad_()
+    start = 0
+    for end in ends or ():
+        y = checkpoint(model[start:end], y, use_reentrant=use_reentrant)
+        start = end
+    loss = nn.functional.cross_entropy(model[start:](y), NETA_TARGETS)
+    loss.backward()
+    gradients = [x.grad] + [p.grad for p in model.parameters()]
+    momenta = [layer.momentum for layer in bn.batchnorm_layers(model).values()]
+    return loss.detach(), gradients, bn.running_stats(model), momenta
+
+
+@pytest.fixture(scope="module")
+def neta_plain_step():
+    return neta_step(copy.deepcopy(NETA))
+
+
+@pytest.mark.parametrize("early_stop", [True, False], ids=["early-stop", "no-early-stop"])
+@pytest.mark.parametrize("use_reentrant", [False, True], ids=["non-reentrant", "reentrant"])
+def test_freezing_matches_the_plain_step_at_every_neta_boundary(
+    use_reentrant: bool, early_stop: bool, neta_plain_step
+) -> None:
+    """Whatever module ends a checkpointed segment (conv, BN, ReLU, pooling, flatten or the
+    classifier), one step leaves every BatchNorm's statistics, counter and momentum as the plain
+    step does, with equal loss and gradients."""
+    plain_loss, plain_gradients, plain_stats, plain_momenta = neta_plain_step
+    wrong = []
+    for ends in NETA_SEGMENT_ENDS:
+        model = copy.deepcopy(NETA)
+        bn.freeze_stats_during_recompute(model)
+        with set_checkpoint_early_stop(early_stop):
+            loss, gradients, stats, momenta = neta_step(model, ends, use_reentrant)
+        same = (
+            torch.equal(loss, plain_loss)
+            and all(map(torch.equal, gradients, plain_gradients))
+            and bn.stats_match(stats, plain_stats, rtol=0, atol=0)
+            and momenta == plain_momenta
+        )
+        if not same:
+            ending = sorted({type(NETA[end - 1]).__name__ for end in ends})
+            wrong.append(f"segments ending after modules {list(ends)} ({', '.join(ending)})")
+    assert not wrong, "; ".join(wrong)
+
+
+def test_freezing_twice_is_harmless() -> None:
+    """A model frozen twice (say, a deep copy of a frozen model, frozen again) still updates once."""
+    model = build(True)
+    bn.freeze_stats_during_recompute(model)
+    model = copy.deepcopy(model)
+    bn.freeze_stats_during_recompute(model)
+    assert bn.stats_match(train(model), train(build(False)))
+    assert model.body[1].momentum == 0.1

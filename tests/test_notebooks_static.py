@@ -137,9 +137,58 @@ def test_cells_show_the_experiment_not_table_formatting(notebook_path: Path) -> 
     crowded = {
         index: len(ALIGNED_FIELD.findall(cell.source))
         for index, cell in enumerate(notebook.cells)
-        if cell.cell_type == "code" and len(ALIGNED_FIELD.findall(cell.source)) > MAX_ALIGNED_FIELDS
+        if cell.cell_type == "code"
+        and "copy" not in cell.get("metadata", {}).get("tags", [])  # a learner's script: no package
+        and len(ALIGNED_FIELD.findall(cell.source)) > MAX_ALIGNED_FIELDS
     }
     assert not crowded, (
         f"cells {sorted(crowded)} format tables in the notebook ({crowded} aligned fields): "
         "move the formatting into the lesson module (tutorial_utils/display/tables.py helps)"
     )
+
+
+TAUGHT = [path for path in NOTEBOOKS if path.name[:2] in {"01", "02", "03"}]
+CORE_WORDS = 1300  # "about 1,200": the markdown a learner reads before Exercises
+FIRST_RESULT_CELL = 5  # the first checkpointing result comes within this many code cells
+HINT = "<details><summary>Hint</summary>"
+
+
+def core_and_exercises(notebook: nbformat.NotebookNode) -> tuple[list, list]:
+    """The cells before '## Exercises', and those from it to '## Going deeper'."""
+    headings = [cell.source.split("\n", 1)[0] for cell in notebook.cells]
+    start = headings.index("## Exercises")
+    end = headings.index("## Going deeper")
+    assert start < end, "Exercises come before Going deeper"
+    return notebook.cells[:start], notebook.cells[start:end]
+
+
+@pytest.mark.parametrize("notebook_path", TAUGHT, ids=lambda p: p.stem)
+def test_the_core_is_short_and_reaches_a_result_early(notebook_path: Path) -> None:
+    notebook = nbformat.read(notebook_path, as_version=4)
+    core, _ = core_and_exercises(notebook)
+    words = sum(len(cell.source.split()) for cell in core if cell.cell_type == "markdown")
+    assert words <= CORE_WORDS, f"the core has {words} words of prose: move detail to Going deeper"
+    code = [cell for cell in core if cell.cell_type == "code"]
+    first = next(
+        number
+        for number, cell in enumerate(code, 1)
+        if re.search(r"\bcheckpoint(_sequential)?\(", cell.source)
+        and "copy" in cell.metadata.get("tags", [])
+    )
+    assert first <= FIRST_RESULT_CELL, f"the first checkpointing result is in code cell {first}"
+
+
+@pytest.mark.parametrize("notebook_path", TAUGHT, ids=lambda p: p.stem)
+def test_exercises_have_a_hint_and_a_hidden_worked_solution(notebook_path: Path) -> None:
+    notebook = nbformat.read(notebook_path, as_version=4)
+    _, exercises = core_and_exercises(notebook)
+    questions = [cell for cell in exercises[1:] if cell.cell_type == "markdown"]
+    solutions = [cell for cell in exercises if cell.cell_type == "code"]
+    assert 2 <= len(questions) <= 4, f"{len(questions)} exercises: give 2-4"
+    assert len(solutions) == len(questions), "each exercise is followed by its solution cell"
+    for question in questions:
+        assert HINT in question.source and "</details>" in question.source, question.source[:80]
+    for solution in solutions:
+        assert "solution" in solution.metadata.get("tags", []), solution.source[:80]
+        assert solution.metadata.get("jupyter", {}).get("source_hidden") is True
+        assert solution.get("outputs"), "a solution cell's worked answer comes from its run"

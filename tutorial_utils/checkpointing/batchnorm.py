@@ -160,42 +160,46 @@ def is_recomputing() -> bool:
 
 
 class _FreezeDuringRecompute:
-    """Forward pre/post hooks that turn a recomputation's statistics update into a no-op.
+    """A forward pre-hook and an always-called forward hook that turn a recomputation's statistics
+    update into a no-op.
 
     Momentum 0 leaves running_mean and running_var exactly as they were (a cumulative average,
-    ``momentum=None``, is covered too), and the counter is set back afterwards. The op itself is
-    unchanged, so the recomputation saves the same tensors as the original forward, which both
-    checkpoint modes check; restoring copies of the statistics after the op would instead modify
-    tensors that reentrant checkpoint's recomputed graph saved.
+    ``momentum=None``, is covered too) and the counter is hidden (``BatchNorm`` skips it when it is
+    None), as in ``statistics_unchanged``. The op itself is unchanged, so the recomputation saves
+    the same tensors as the original forward, which both checkpoint modes check. The restoring
+    hook is registered with ``always_call=True`` because the recomputation can end inside the
+    BatchNorm: non-reentrant checkpoint's early stop raises from the op once it has saved the
+    last tensor backward needs, and a forward hook without it would then never run.
     """
 
     def __init__(self) -> None:
-        self.momentum: dict[int, float | None] = {}
+        self.hidden: dict[int, tuple[float | None, torch.Tensor | None]] = {}
 
     def before(self, module: _BatchNorm, _inputs) -> None:
-        if module.training and is_recomputing():
-            self.momentum[id(module)] = module.momentum
+        # already hidden only when a BaseException skipped ``after``: keep the values it holds
+        if module.training and is_recomputing() and id(module) not in self.hidden:
+            self.hidden[id(module)] = (module.momentum, module.num_batches_tracked)
             module.momentum = 0.0
+            module.num_batches_tracked = None
 
     def after(self, module: _BatchNorm, _inputs, _output) -> None:
-        if id(module) in self.momentum:
-            module.momentum = self.momentum.pop(id(module))
-            if module.num_batches_tracked is not None:  # None with track_running_stats=False
-                with torch.no_grad():
-                    module.num_batches_tracked.sub_(1)
+        if id(module) in self.hidden:
+            module.momentum, module.num_batches_tracked = self.hidden.pop(id(module))
 
 
 def freeze_stats_during_recompute(model: nn.Module) -> list[RemovableHandle]:
     """Make every BatchNorm in ``model`` skip its statistics update when it is recomputed.
 
-    Works for any checkpoint mode and any choice of segments; the counter stays right too.
+    Works for either checkpoint mode, with or without early stop, and any choice of segments;
+    the counter and momentum stay right even when the recomputation ends inside a BatchNorm.
     Call ``handle.remove()`` on the returned handles to undo.
     """
     hooks = _FreezeDuringRecompute()
     handles = []
     for module in batchnorm_layers(model).values():
         handles.append(module.register_forward_pre_hook(hooks.before))
-        handles.append(module.register_forward_hook(hooks.after))
+        # prepended: restores run in the reverse order of the hides when a model is frozen twice
+        handles.append(module.register_forward_hook(hooks.after, prepend=True, always_call=True))
     return handles
 
 

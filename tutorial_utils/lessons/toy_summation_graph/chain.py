@@ -20,27 +20,20 @@ from tutorial_utils.measurement.dry_run import dry_run_step
 from tutorial_utils.measurement.gradients import named_gradients
 from tutorial_utils.measurement.step import SweepRecord
 from tutorial_utils.measurement.tracker import TensorMemoryTracker
+from tutorial_utils.tools import peak_bytes
 
 
 @dataclass(frozen=True)
 class ChainSizes:
-    """The real chain of equal blocks that notebook 01 measures."""
+    """How notebook 01 sweeps its chain (the chain itself is written in the notebook's cells)."""
 
-    depth: int  # blocks
-    width: int  # features per block
-    batch: int
     repeats: int  # timed steps per segment count: their range is the noise
 
 
 def sizes_for(profile: Profile) -> ChainSizes:
-    """Notebook 01's chain for a profile: seconds in ``ci``, larger where timing can resolve it."""
-    if profile.name == "ci":
-        depth, width, batch, repeats = 16, 64, 1024, 1
-    elif profile.name == "cpu":
-        depth, width, batch, repeats = 16, 256, 2048, 7
-    else:  # gpu and article: a chain long enough for sqrt(n) to be visible
-        depth, width, batch, repeats = 25, 512, 4096, 3
-    return ChainSizes(depth, width, batch, profile.capped(repeats) or repeats)
+    """One timed step per count in ``ci`` (seconds under nbval), enough to show the noise above."""
+    repeats = 1 if profile.name == "ci" else 7 if profile.name == "cpu" else 3
+    return ChainSizes(profile.capped(repeats) or repeats)
 
 
 # --- backprop through a chain of layers -------------------------------------------------------
@@ -194,14 +187,13 @@ def backward_peak_and_gradients(
     inputs: torch.Tensor,
     targets: torch.Tensor,
 ) -> tuple[int, dict[str, torch.Tensor | None]]:
-    """Tracked peak of ``cross_entropy(forward(inputs), targets).backward()`` above the model and
-    batch (bytes), and the gradients it leaves: one way of running the model, measured."""
+    """``peak_bytes`` of ``cross_entropy(forward(inputs), targets).backward()`` (above the model
+    and the batch), and the gradients it leaves: one way of running the model, measured."""
     model.zero_grad(set_to_none=True)
-    with TensorMemoryTracker(model, inputs=(inputs, targets)) as tracker:
-        F.cross_entropy(forward(inputs), targets).backward()
+    peak = peak_bytes(lambda: F.cross_entropy(forward(inputs), targets).backward(), inputs.device)
     gradients = named_gradients(model)
     model.zero_grad(set_to_none=True)
-    return tracker.peak_bytes - tracker.baseline_bytes, gradients
+    return peak, gradients
 
 
 def predicted_time_ratios(

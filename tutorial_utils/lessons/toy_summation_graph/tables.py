@@ -147,7 +147,7 @@ def no_grad_table(
             for count in (0, segments)
         ]
         rows.append((label, f"{peaks[0]:.2f}", f"{peaks[1]:.2f}"))
-    header = ("forward pass (peak in units)", "no checkpointing", f"{segments} segments")
+    header = ("forward pass (peak in activations)", "no checkpointing", f"{segments} segments")
     return text_table(header, rows)
 
 
@@ -159,7 +159,7 @@ def schedules_table(
     targets: torch.Tensor,
     unit_bytes: int,
 ) -> str:
-    """Each way of running ``chain``: its backward peak in units (measured), how often its most
+    """Each way of running ``chain``: its backward peak in activations (measured), how often its most
     recomputed module runs and the forward passes it recomputes (counted from the schedule),
     and whether its gradients equal the plain run's bit for bit."""
     _, plain_gradients = backward_peak_and_gradients(chain, chain, inputs, targets)
@@ -172,7 +172,7 @@ def schedules_table(
         rows.append((name, f"{peak / unit_bytes:.2f}", max(counts), f"{recomputed:.2f}", same))
     header = (
         "forward",
-        "peak in units",
+        "peak in activations",
         "most runs of a module",
         "forward passes recomputed",
         "gradients bitwise equal",

@@ -1,0 +1,121 @@
+"""A notebook's ``copy`` cells as the plain script a learner would paste them into.
+
+The cells tagged ``copy`` hold a notebook's core experiment. Concatenated in order they must run
+as ``python script.py`` where the only importable part of ``tutorial_utils`` is ``tools.py``
+(torch, torchvision, matplotlib and the standard library beside it): that is what "a learner can
+copy the code" means here. ``run_copy_script`` builds that process and returns what each cell
+printed, so a test can hold it against the notebook's committed outputs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import site
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+
+from tests.saved_run import CHECK_TAG, sanitize_patterns
+
+ROOT = Path(__file__).resolve().parent.parent
+COPY_TAG = "copy"
+CELL_MARK = "@@copy cell {}@@"
+# the process proves its isolation before the first cell runs
+ISOLATION_CHECK = """\
+import importlib.util, pathlib, tutorial_utils
+assert pathlib.Path(tutorial_utils.__file__).parent == pathlib.Path.cwd() / "tutorial_utils"
+assert importlib.util.find_spec("tutorial_utils.lessons") is None, "the package leaked in"
+"""
+
+
+def copy_cells(notebook: nbformat.NotebookNode) -> list[tuple[int, nbformat.NotebookNode]]:
+    """(index among the notebook's cells, cell) of every code cell tagged ``copy``."""
+    return [
+        (index, cell)
+        for index, cell in enumerate(notebook.cells)
+        if cell.cell_type == "code" and COPY_TAG in cell.get("metadata", {}).get("tags", [])
+    ]
+
+
+def copy_script(notebook: nbformat.NotebookNode) -> str:
+    """The script: each copy cell's source after a line that marks where its output starts."""
+    parts = [ISOLATION_CHECK]
+    for index, cell in copy_cells(notebook):
+        parts.append(f"print({CELL_MARK.format(index)!r}, flush=True)\n{cell.source}\n")
+    return "\n".join(parts)
+
+
+def run_copy_script(notebook_path: Path, workdir: Path, timeout_s: float = 300) -> dict[int, str]:
+    """Run the copy script with nothing of the package but tools.py; stdout per cell index."""
+    notebook = nbformat.read(notebook_path, as_version=4)
+    package = workdir / "tutorial_utils"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    shutil.copy(ROOT / "tutorial_utils" / "tools.py", package / "tools.py")
+    script = workdir / "script.py"
+    script.write_text(copy_script(notebook), encoding="utf-8")
+    # -S: no site hooks, so the package's editable install cannot add itself; the installed
+    # libraries come in by path alone, after the folder that holds only tools.py
+    path = os.pathsep.join([str(workdir), *site.getsitepackages()])
+    env = {**os.environ, "PYTHONPATH": path, "MPLBACKEND": "Agg"}
+    done = subprocess.run(
+        [sys.executable, "-S", str(script)],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+    if done.returncode != 0:
+        raise AssertionError(f"{notebook_path.name}'s copy script failed:\n{done.stderr[-3000:]}")
+    outputs: dict[int, str] = {}
+    current = None
+    for line in done.stdout.splitlines(keepends=True):
+        if mark := re.fullmatch(r"@@copy cell (\d+)@@\n?", line):
+            current = int(mark.group(1))
+            outputs[current] = ""
+        elif current is not None:
+            outputs[current] += line
+    return outputs
+
+
+def committed_stdout(cell: nbformat.NotebookNode) -> str:
+    return "".join(
+        output.get("text", "")
+        for output in cell.get("outputs", [])
+        if output.get("output_type") == "stream" and output.get("name") == "stdout"
+    )
+
+
+def sanitized(text: str) -> str:
+    for regex, replace in sanitize_patterns().items():
+        text = re.sub(regex, replace, text)
+    return text
+
+
+def shape_of(text: str) -> str:
+    """The text with every number and True/False masked: what a timing cell always prints."""
+    return re.sub(r"\b(True|False)\b", "BOOL", re.sub(r"\d+(\.\d+)?", "N", text))
+
+
+def differences(notebook_path: Path, outputs: dict[int, str]) -> list[str]:
+    """Where the script printed other than the notebook's committed run: exactly, after nbval's
+    sanitizing, for cells tagged nbval-check-output; line for line with numbers masked otherwise."""
+    notebook = nbformat.read(notebook_path, as_version=4)
+    problems = []
+    for index, cell in copy_cells(notebook):
+        committed, printed = committed_stdout(cell), outputs.get(index)
+        if printed is None:
+            problems.append(f"cell {index} did not run in the script")
+        elif CHECK_TAG in cell.metadata.get("tags", []):
+            if sanitized(printed) != sanitized(committed):
+                problems.append(f"cell {index}:\ncommitted:\n{committed}\nscript:\n{printed}")
+        elif shape_of(printed) != shape_of(committed):
+            problems.append(
+                f"cell {index} (numbers masked):\ncommitted:\n{committed}\nscript:\n{printed}"
+            )
+    return problems

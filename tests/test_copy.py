@@ -1,0 +1,52 @@
+"""The copy test: each notebook's core experiment runs as a plain script beside tools.py alone,
+and prints what the notebook's committed run printed (tests/copy_script.py says how)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tests.copy_script import ROOT, copy_cells, copy_script, differences, run_copy_script
+
+TAUGHT = ["01_toy_summation_graph", "02_vgg16_dogcat", "03_cifar10_neta"]
+MAGIC = re.compile(r"^\s*[%!]", re.MULTILINE)
+
+
+def notebook_path(name: str) -> Path:
+    return ROOT / "notebooks" / f"{name}.ipynb"
+
+
+@pytest.mark.parametrize("name", TAUGHT)
+def test_copy_cells_are_plain_python_with_tools_only(name: str) -> None:
+    notebook = nbformat.read(notebook_path(name), as_version=4)
+    cells = copy_cells(notebook)
+    assert len(cells) >= 2, f"{name}: tag the core experiment's cells 'copy'"
+    for index, cell in cells:
+        assert not MAGIC.search(cell.source), f"{name} cell {index}: IPython syntax in a copy cell"
+        imports = re.findall(r"^\s*(?:from|import)\s+(tutorial_utils[\w.]*)", cell.source, re.M)
+        assert set(imports) <= {"tutorial_utils.tools"}, f"{name} cell {index} imports {imports}"
+    compile(copy_script(notebook), f"{name}-copy.py", "exec")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", TAUGHT)
+def test_copy_script_prints_what_the_notebook_printed(name: str, tmp_path: Path) -> None:
+    outputs = run_copy_script(notebook_path(name), tmp_path)
+    problems = differences(notebook_path(name), outputs)
+    assert not problems, "\n\n".join(problems)
+
+
+def test_the_script_cannot_reach_the_rest_of_the_package(tmp_path: Path) -> None:
+    """The isolation is real: a copy cell importing a lesson fails in the script."""
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell("import torch"),
+                      nbformat.v4.new_code_cell("from tutorial_utils.lessons import setup")]  # fmt: skip
+    for cell in notebook.cells:
+        cell.metadata["tags"] = ["copy"]
+    path = tmp_path / "leak.ipynb"
+    nbformat.write(notebook, path)
+    with pytest.raises(AssertionError, match="No module named 'tutorial_utils.lessons'"):
+        run_copy_script(path, tmp_path / "run")

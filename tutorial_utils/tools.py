@@ -1,0 +1,161 @@
+"""The few tools the tutorial measures with, small enough to copy next to your own script.
+
+Notebook 01 writes each function below in a visible cell marked ``# @save``; this file keeps
+identical copies (``tests/test_tools.py`` holds them equal), which later notebooks import under
+the same names. It imports torch and the standard library only, so ``tools.py`` alone is all a
+script needs. The package's full tracker (``measurement/tracker.py``) stays for what only it can
+do: memory split into parameters, gradients, optimizer state and activations, and dry runs on the
+meta device.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from torch.utils.flop_counter import FlopCounterMode
+
+MiB = 2**20
+
+
+def saved_bytes(model: torch.nn.Module, forward: Callable[[], object]) -> int:
+    """Bytes autograd keeps for backward while ``forward()`` runs: what checkpointing trades.
+
+    Each storage counts once (several ops may save the same tensor); the model's parameters
+    are left out, since they are in memory anyway.
+    """
+    parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen: dict[int, int] = {}  # storage address -> bytes
+    kept = []  # the saved tensors, held so that no address is reused while we count
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in parameters:
+            seen[storage.data_ptr()] = storage.nbytes()
+            kept.append(tensor)
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        forward()
+    return sum(seen.values())
+
+
+class LiveBytes(TorchDispatchMode):
+    """Counts the bytes of every tensor storage created inside it until that storage is freed,
+    and keeps the highest count: a step's peak on any device, without CUDA's allocator."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live: dict[int, int] = {}  # storage address -> bytes, while it is alive
+        self.now_bytes = self.peak_bytes = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = {a.untyped_storage().data_ptr() for a in tree_leaves((args, kwargs))
+                  if isinstance(a, torch.Tensor)}  # fmt: skip
+        for tensor in tree_leaves(out):
+            if not isinstance(tensor, torch.Tensor) or tensor.device.type == "meta":
+                continue
+            storage = tensor.untyped_storage()
+            address = storage.data_ptr()
+            if address in inputs or address in self.live or storage.nbytes() == 0:
+                continue  # a view, an in-place result, or already counted
+            self.live[address] = storage.nbytes()
+            self.now_bytes += storage.nbytes()
+            weakref.finalize(storage, self._free, address)
+        self.peak_bytes = max(self.peak_bytes, self.now_bytes)
+        return out
+
+    def _free(self, address: int) -> None:
+        self.now_bytes -= self.live.pop(address, 0)
+
+
+def peak_bytes(step: Callable[[], object], device: str | torch.device = "cpu") -> int:
+    """The most tensor memory ``step()`` holds at once, above what was alive when it started.
+
+    On CUDA this is the caching allocator's own counter; elsewhere ``LiveBytes`` counts.
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        start = torch.cuda.memory_allocated(device)
+        step()
+        torch.cuda.synchronize(device)
+        return torch.cuda.max_memory_allocated(device) - start
+    with LiveBytes() as counter:
+        step()
+    return counter.peak_bytes
+
+
+def step_flops(step: Callable[[], object]) -> int:
+    """Floating-point operations ``step()`` runs, recomputation included (matmuls and convs)."""
+    with FlopCounterMode(display=False) as counter:
+        step()
+    return counter.get_total_flops()
+
+
+@dataclass
+class StepTimes:
+    """Seconds of one step, once per turn: CPU time (``time.process_time``) and wall time."""
+
+    cpu_s: list[float]
+    wall_s: list[float]
+
+
+def time_turns(
+    steps: dict[str, Callable[[], object]], turns: int = 5, device: str | torch.device = "cpu"
+) -> dict[str, StepTimes]:
+    """Time each step once per turn, the steps in turns (a, b, a, b, ...), on one CPU thread.
+
+    Turns spread a busy machine's slow moments over every step alike, one thread keeps the
+    threads of one step from waiting on each other, and a one-thread step's CPU time hardly
+    notices other programs. Every step runs once untimed first (allocation, kernel choice).
+    """
+    device = torch.device(device)
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for step in steps.values():
+            step()
+        times = {name: StepTimes([], []) for name in steps}
+        for _ in range(turns):
+            for name, step in steps.items():
+                sync()
+                cpu, wall = time.process_time(), time.perf_counter()
+                step()
+                sync()
+                times[name].cpu_s.append(time.process_time() - cpu)
+                times[name].wall_s.append(time.perf_counter() - wall)
+    finally:
+        torch.set_num_threads(threads)
+    return times
+
+
+def compare_times(times: dict[str, StepTimes], reference: str) -> str:
+    """Each step's median and range against ``reference``'s, CPU and wall time: 'beyond noise'
+    only when the two ranges do not overlap."""
+    lines = []
+    base = times[reference]
+    for clock in ("cpu_s", "wall_s"):
+        for name, step in times.items():
+            ours, theirs = getattr(step, clock), getattr(base, clock)
+            ratio = statistics.median(ours) / statistics.median(theirs)
+            apart = min(ours) > max(theirs) or max(ours) < min(theirs)
+            verdict = "" if name == reference else f"  x{ratio:.2f}, beyond noise: {apart}"
+            lines.append(
+                f"{clock[:-2]:>4} time  {name:<14} median {statistics.median(ours):.3f} s "
+                f"({min(ours):.3f}-{max(ours):.3f}){verdict}"
+            )
+    return "\n".join(lines)
