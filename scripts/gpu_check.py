@@ -27,7 +27,7 @@ nothing written.
     python scripts/gpu_check.py [--output docs/gpu_report.md] [--budget-s 540]
 
 On the project's device machine (python3 with torch but no Jupyter packages) the notebooks' kernel
-comes from wheels carried in .whl/ (scripts/gpu_check_wheels.txt; the README says how).
+comes from wheels carried in .whl/ (scripts/gpu_check_wheels.txt; docs/TESTING.md, "The GPU check in full", says how).
 """
 
 from __future__ import annotations
