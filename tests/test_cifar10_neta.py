@@ -1,9 +1,8 @@
-"""Notebook 03's experiments on tiny inputs: the requires-grad line, accumulation vs checkpointing,
-BatchNorm runs and the segment panel; the article's card by dry run, on a small card."""
+"""Notebook 03's Going deeper on tiny inputs: BatchNorm's fixes in both modes; the article's card
+by dry run, on a small card at 224 px."""
 
 from __future__ import annotations
 
-from functools import partial
 from itertools import pairwise
 
 import pytest
@@ -25,114 +24,6 @@ def batch(n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.rand(n, 3, SIZE, SIZE, generator=generator), torch.arange(n) % 10
 
 
-def test_card_budget_is_the_article_card_at_224_and_shrinks_with_pixels() -> None:
-    assert lesson.card_budget(224) == lesson.ARTICLE_CARD_BYTES
-    static = 16 * sum(p.numel() for p in NetA().parameters())
-    small = lesson.card_budget(32)
-    assert static < small < lesson.card_budget(64) < lesson.ARTICLE_CARD_BYTES
-    assert small - static == pytest.approx((lesson.ARTICLE_CARD_BYTES - static) / 49, rel=1e-6)
-    with pytest.raises(ValueError, match="image_size"):
-        lesson.card_budget(0)
-
-
-def test_the_requires_grad_line_matters_only_for_reentrant() -> None:
-    outcomes = {
-        (o.use_reentrant, o.trick, o.checkpointed): o
-        for o in lesson.requires_grad_trick_outcomes(*batch(2))
-    }
-    assert len(outcomes) == 8
-    failed = outcomes[(True, False, "all 5")]
-    assert "does not require grad" in failed.backward
-    silent = outcomes[(True, False, "seg0 only")]
-    assert silent.backward == "ok" and silent.parameters_without_grad == 3
-    others = [o for key, o in outcomes.items() if key[:2] != (True, False)]
-    assert all(o.backward == "ok" and o.parameters_without_grad == 0 for o in others)
-    assert "element 0" in lesson.format_trick_outcomes(outcomes.values())
-
-
-def test_accumulated_halves_give_the_batch_loss_and_gradient_without_batchnorm() -> None:
-    inputs, targets = batch(4)
-    results = []
-    for micro_batches in (1, 2):
-        model = lesson.PLAIN.build().eval()  # eval: BatchNorm no longer depends on the split
-        loss = lesson.accumulate_gradients(model, inputs, targets, micro_batches)
-        results.append((loss, torch.cat([p.grad.flatten() for p in model.parameters()])))
-    (one_loss, one_grad), (two_loss, two_grad) = results
-    assert one_loss == pytest.approx(two_loss, rel=1e-5)
-    assert torch.allclose(one_grad, two_grad, rtol=1e-4, atol=1e-7)
-    with pytest.raises(ValueError, match="micro_batches"):
-        lesson.accumulate_gradients(model, inputs, targets, 5)
-
-
-def test_train_step_takes_an_optimizer_step() -> None:
-    model = lesson.PLAIN.build()
-    before = [p.detach().clone() for p in model.parameters()]
-    lesson.train_step(model, torch.optim.Adam(model.parameters(), 1e-3), *batch(4), 2)
-    assert all(not torch.equal(b, p) for b, p in zip(before, model.parameters(), strict=True))
-
-
-def test_checkpointing_keeps_the_gradient_accumulation_changes_it() -> None:
-    inputs, targets = batch(8)
-    assert lesson.gradient_gap(lesson.CHECKPOINT, inputs, targets) < 1e-5
-    assert lesson.gradient_gap(lesson.ACCUMULATION, inputs, targets) > 1e-3
-
-
-def test_strategy_cost_measures_memory_and_time_of_each_strategy() -> None:
-    inputs, targets = batch(8)
-    plain, checkpointed, halves = lesson.strategy_costs(
-        (lesson.PLAIN, lesson.CHECKPOINT, lesson.ACCUMULATION), inputs, targets, repeats=2
-    )
-    assert plain.timing.repeats == 2
-    alone = lesson.strategy_cost(lesson.PLAIN, inputs, targets, repeats=1)
-    assert (alone.peak_bytes, alone.activation_bytes) == (plain.peak_bytes, plain.activation_bytes)
-    # recomputation is more work, accumulation the same work in two passes
-    assert checkpointed.gflop > 1.05 * plain.gflop
-    assert halves.gflop == pytest.approx(plain.gflop, rel=1e-6)
-    assert (plain.batch_size, plain.micro_batch) == (8, 8)
-    assert (halves.batch_size, halves.micro_batch) == (8, 4)
-    assert checkpointed.activation_bytes < plain.activation_bytes
-    assert plain.peak_bytes > 4 * 4 * sum(p.numel() for p in NetA().parameters())
-    assert plain.seconds_per_sample > 0
-    table = lesson.format_costs([plain, checkpointed, halves], budget_bytes=plain.peak_bytes)
-    assert "yes  x1.00, within noise" in table.splitlines()[1]
-    assert f"FLOPs predict x{checkpointed.gflop / plain.gflop:.2f}" in table.splitlines()[2]
-    assert (
-        "activation peak MiB" in table.splitlines()[0] and "ms per sample" in table.splitlines()[0]
-    )
-    with pytest.raises(ValueError, match="repeats"):
-        lesson.strategy_cost(lesson.PLAIN, inputs, targets, repeats=0)
-
-
-def test_train_strategies_tracks_statistics_per_step() -> None:
-    batches = [batch(4, seed) for seed in range(2)]
-    runs = lesson.train_strategies(lesson.STRATEGIES, batches, batches, epochs=1)
-    plain = runs[lesson.PLAIN.label]
-    assert len(plain.losses) == len(plain.stats) == 2
-    assert 0 <= plain.test_accuracy <= 100
-    fixed, article = runs[lesson.CHECKPOINT_FIXED.label], runs[lesson.CHECKPOINT.label]
-    assert bn.stats_match(fixed.stats[-1], plain.stats[-1])
-    assert bn.counter_ratio(article.stats[-1], plain.stats[-1]) == 2.0
-    assert bn.counter_ratio(runs[lesson.ACCUMULATION.label].stats[-1], plain.stats[-1]) == 2.0
-    assert plain.recent_train_loss == pytest.approx(sum(plain.losses) / len(plain.losses))
-    assert fixed.recent_eval_loss == pytest.approx(plain.recent_eval_loss, rel=1e-5)
-    table = lesson.format_trainings(runs, lesson.PLAIN.label)
-    assert f"{plain.recent_eval_loss:.4f}" in table.splitlines()[1]
-    figure = lesson.plot_bn_trajectories(runs, lesson.PLAIN.label)
-    assert len(figure.axes) == 2 and len(figure.axes[1].lines) == len(runs) - 1
-
-
-def test_batch_statistics_change_the_training_mode_loss_of_the_same_weights() -> None:
-    model = NetA().train()
-    inputs, targets = batch(8)
-    before = [b.clone() for b in model.buffers()]
-    whole = lesson.batch_statistics_loss(model, inputs, targets)
-    assert whole == pytest.approx(lesson.batch_statistics_loss(model, inputs, targets))
-    assert lesson.batch_statistics_loss(model, inputs, targets, 2) != pytest.approx(whole, rel=1e-4)
-    assert all(torch.equal(a, b) for a, b in zip(before, model.buffers(), strict=True))
-    with pytest.raises(ValueError, match="micro_batches"):
-        lesson.batch_statistics_loss(model, inputs, targets, 9)
-
-
 def test_batchnorm_runs_fixes_match_plain() -> None:
     runs = lesson.batchnorm_runs([batch(4, seed) for seed in range(2)])
     plain = runs["plain"]
@@ -144,55 +35,15 @@ def test_batchnorm_runs_fixes_match_plain() -> None:
         lesson.batchnorm_runs([])
 
 
-def test_segment_choice_more_checkpointing_less_activation_memory() -> None:
-    size = 32  # at 16 px layer8's output is 1 x 1: BatchNorm cannot train on a batch of 1
-    card = lesson.ARTICLE_CARD_BYTES  # scaled to 32 px by the machine scale
-    none = lesson.evaluate_segment_choice(set(), card, 4, size, max_batch=4)
-    first = lesson.evaluate_segment_choice({0}, card, 4, size, max_batch=4)
-    assert first.activation_bytes < none.activation_bytes
-    assert first.max_batch == none.max_batch == 4  # the static part is far below the budget
-    assert first.plain_max_batch == none.max_batch
-    assert "seg0" in first.describe() and "none" in none.describe()
-    assert "measured" in first.describe() and "step " in first.cost
-    with pytest.raises(ValueError, match="0..4"):
-        lesson.evaluate_segment_choice({5}, card, 4, size)
-    with pytest.raises(ValueError, match="scale must be one of"):
-        lesson.evaluate_segment_choice({0}, card, 4, size, scale="huge")
-
-
-def test_segment_choice_at_the_article_size_is_a_dry_run() -> None:
-    """At 224 px by dry run: checkpointing every segment lowers the step's peak, costs FLOPs,
-    and fits a larger batch in the card than the plain step (5 against 6 in SMALL_CARD)."""
-    choose = partial(lesson.evaluate_segment_choice, scale=lesson.ARTICLE_SCALE, max_batch=8)
-    every = choose(range(5), SMALL_CARD, 2, 32)
-    none = choose((), SMALL_CARD, 2, 32)
-    assert every.image_size == none.image_size == 224
-    assert every.peak_bytes < none.peak_bytes
-    assert every.max_batch > every.plain_max_batch == none.max_batch
-    assert "dry run" in every.describe() and "FLOPs x1.00" in none.cost
-    assert float(every.cost.split("x")[1].split()[0]) > 1.1
-
-
-def test_segment_panel_runs_from_its_controls() -> None:
-    panel = lesson.segment_panel(
-        batch_size=2, image_size=32, max_batch=2, scale=lesson.MACHINE_SCALE
-    )
-    assert list(panel.controls) == [
-        "batch_size",
-        "card_mib",
-        "scale",
-        "seg0",
-        "seg1",
-        "seg2",
-        "seg3",
-        "seg4",
-    ]
-    assert panel.controls["scale"].options == lesson.SCALES
-    for name in ("seg1", "seg2", "seg3", "seg4"):
-        panel.controls[name].value = False
-    text = panel.run()
-    assert text.startswith("checkpointed: seg0 · 32 px") and "largest batch within" in text
-    assert panel.output.outputs and panel.runs == 1
+@pytest.mark.parametrize("use_reentrant", [False, True])
+def test_batchnorm_runs_table_reads_counters_and_matches(use_reentrant: bool) -> None:
+    runs = lesson.batchnorm_runs([batch(4, seed) for seed in range(2)], use_reentrant)
+    lines = lesson.format_batchnorm_runs(runs).splitlines()
+    assert lines[0].split("  ")[0] == "run" and "counter vs plain" in lines[0]
+    rows = {line[:30].strip(): line.split()[-3:] for line in lines[1:]}
+    assert rows["checkpoint"] == ["x2", "False", "False"]
+    assert rows["checkpoint + momentum fix"] == ["x2", "True", "False"]
+    assert rows["checkpoint + frozen recompute"] == ["x1", "True", "True"]
 
 
 # -- the article's card by dry run, on a small card at 224 px -----------------------------------
@@ -294,14 +145,19 @@ def test_reserve_panel_redraws_from_the_slider(small_card) -> None:
 
 def test_reentrant_checkpoint_is_compared_with_the_tables(small_card) -> None:
     text = lesson.checkpoint_modes(small_card, batch=4)
-    rows = {line[:38].strip(): line.split() for line in text.splitlines()[2:]}
+    lines = text.splitlines()
+    assert lines[1].split("  ")[0] == "NetA, Adam" and "peak MiB at batch 4" in lines[1]
+    rows = {line[:38].strip(): line.split() for line in lines[2:5]}
     assert list(rows) == [
         "no checkpoint",
         "checkpoint, non-reentrant",
         "checkpoint, reentrant (the article's)",
     ]
-    peak = {label: float(row[-3]) for label, row in rows.items()}
+    peak = {label: float(row[-2]) for label, row in rows.items()}
     assert peak["checkpoint, reentrant (the article's)"] > peak["checkpoint, non-reentrant"]
+    gap = peak["checkpoint, reentrant (the article's)"] - peak["checkpoint, non-reentrant"]
+    assert lines[5].startswith(f"reentrant - non-reentrant at batch 4: {gap:.1f} MiB = 4 x ")
+    assert lines[5].endswith("one sample's 64-channel 224 px tensor: 12.25 MiB")
     with pytest.raises(ValueError, match="batch must be in 1..6"):
         lesson.checkpoint_modes(small_card, batch=7)
 

@@ -1,16 +1,18 @@
-"""The mechanics behind notebook 03 (the second article's NetA on CIFAR-10), one module per part.
+"""What notebook 03's Going deeper calls: its core writes its code in the cells.
 
-The notebook imports this one name (``from tutorial_utils.lessons import cifar10_neta as
-lesson``); the parts: ``card`` (the article's figures and budget), ``trick`` (the requires-grad
-line), ``article_card`` (the 2.5 GB card at 224 px by dry run, the reserve slider),
-``segments_panel`` (which segments, which batch), ``strategies`` (checkpointing against gradient
-accumulation) and ``bn_statistics`` (BatchNorm statistics updated twice).
+``article_card``: the article's 2.5 GB card at its 224 px by dry run, the reserves that would give
+its 23 and 31 (with a slider over them), and reentrant against non-reentrant checkpointing;
+``bn_statistics``: BatchNorm's statistics with the package's two fixes, in both checkpoint modes.
 """
 
 from tutorial_utils.lessons.cifar10_neta.article_card import (
+    ARTICLE_CARD_BYTES,
+    ARTICLE_IMAGE_SIZE,
+    ARTICLE_MAX_BATCH,
     CARD_MODELS,
     MAX_RESERVE_MIB,
     REENTRANT_CHECKPOINT,
+    SEG0_CHANNELS,
     PeakTable,
     ReserveFit,
     ReserveRun,
@@ -25,107 +27,32 @@ from tutorial_utils.lessons.cifar10_neta.article_card import (
     reserve_view,
 )
 from tutorial_utils.lessons.cifar10_neta.bn_statistics import (
-    batchnorm_runs,
-)
-from tutorial_utils.lessons.cifar10_neta.card import (
-    ARTICLE_CARD_BYTES,
-    ARTICLE_IMAGE_SIZE,
-    ARTICLE_MAX_BATCH,
-    SEGMENT_LAYERS,
     Batch,
-    card_budget,
-)
-from tutorial_utils.lessons.cifar10_neta.segments_panel import (
-    ARTICLE_SCALE,
-    MACHINE_SCALE,
-    SCALES,
-    SegmentChoice,
-    evaluate_segment_choice,
-    segment_checkboxes,
-    segment_panel,
-)
-from tutorial_utils.lessons.cifar10_neta.sizes import Sizes, sizes_for
-from tutorial_utils.lessons.cifar10_neta.strategies import (
-    ACCUMULATION,
-    CHECKPOINT,
-    CHECKPOINT_FIXED,
-    LOSS_WINDOW,
-    PLAIN,
-    STRATEGIES,
-    Strategy,
-    StrategyCost,
-    StrategyTraining,
-    accumulate_gradients,
-    batch_statistics_loss,
-    describe_batch_statistics_effect,
-    format_costs,
-    format_trainings,
-    gradient_gap,
-    plot_bn_trajectories,
-    strategy_cost,
-    strategy_costs,
-    train_step,
-    train_strategies,
-)
-from tutorial_utils.lessons.cifar10_neta.trick import (
-    TrickOutcome,
-    format_trick_outcomes,
-    requires_grad_trick_outcomes,
+    batchnorm_runs,
+    format_batchnorm_runs,
 )
 
 __all__ = [
-    "Sizes",
-    "sizes_for",
-    "ARTICLE_SCALE",
-    "MACHINE_SCALE",
-    "SCALES",
-    "ACCUMULATION",
     "ARTICLE_CARD_BYTES",
     "ARTICLE_IMAGE_SIZE",
     "ARTICLE_MAX_BATCH",
     "Batch",
     "CARD_MODELS",
-    "CHECKPOINT",
-    "CHECKPOINT_FIXED",
-    "LOSS_WINDOW",
     "MAX_RESERVE_MIB",
-    "PLAIN",
     "PeakTable",
     "REENTRANT_CHECKPOINT",
     "ReserveFit",
     "ReserveRun",
-    "SEGMENT_LAYERS",
-    "STRATEGIES",
-    "SegmentChoice",
-    "Strategy",
-    "StrategyCost",
-    "StrategyTraining",
-    "TrickOutcome",
-    "accumulate_gradients",
+    "SEG0_CHANNELS",
     "article_card_tables",
     "article_step_timelines",
-    "batch_statistics_loss",
     "batchnorm_runs",
-    "card_budget",
     "checkpoint_modes",
-    "describe_batch_statistics_effect",
     "dry_run_peak_table",
-    "evaluate_segment_choice",
-    "format_costs",
-    "format_trainings",
-    "format_trick_outcomes",
-    "gradient_gap",
+    "format_batchnorm_runs",
     "largest_batches",
-    "plot_bn_trajectories",
     "plot_peak_tables",
-    "requires_grad_trick_outcomes",
     "reserve_fit",
     "reserve_panel",
     "reserve_view",
-    "segment_checkboxes",
-    "segment_panel",
-    "strategy_cost",
-    "strategy_costs",
-    "train_step",
-    "train_strategies",
 ]

@@ -1,4 +1,8 @@
-"""Notebook 03, the article's card at its own size (224 px) by dry run, with a reserve slider."""
+"""Notebook 03's Going deeper: the article's 2.5 GB card at its own 224 px, by dry run.
+
+Peak tables (one dry run per batch), the reserves that would give the article's 23 and 31 (and a
+slider over them), and reentrant against non-reentrant checkpointing at the article's batch.
+"""
 
 from __future__ import annotations
 
@@ -15,25 +19,24 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from tutorial_utils.articles.models import NetA
+from tutorial_utils.articles.quoted import NETA_ARTICLE
 from tutorial_utils.display.plotting import plot_step_timelines
+from tutorial_utils.display.tables import text_table
 from tutorial_utils.display.widgets import int_slider, result_outputs
-from tutorial_utils.lessons.cifar10_neta.card import (
-    ARTICLE_CARD_BYTES,
-    ARTICLE_IMAGE_SIZE,
-    ARTICLE_MAX_BATCH,
-)
 from tutorial_utils.measurement.batch_search import find_max_batch_size
 from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step
 from tutorial_utils.measurement.step import DRY_RUN_LABEL, adam_optimizer
 from tutorial_utils.units import MB
 
-# -- the article's card at its own size, by dry run -------------------------------------------
-
+ARTICLE_CARD_BYTES = NETA_ARTICLE.card_bytes
+ARTICLE_IMAGE_SIZE = NETA_ARTICLE.image_size
+ARTICLE_MAX_BATCH = NETA_ARTICLE.max_batch  # {"no checkpoint": 23, "checkpoint": 31}
 CARD_MODELS: dict[str, Callable[[], NetA]] = {  # keyed as ARTICLE_MAX_BATCH
     "no checkpoint": partial(NetA, use_checkpoint=False, use_reentrant=False),
     "checkpoint": partial(NetA, use_checkpoint=True, use_reentrant=False),
 }
 REENTRANT_CHECKPOINT = partial(NetA, use_checkpoint=True, use_reentrant=True)  # the article's mode
+SEG0_CHANNELS = 64  # seg0 is layer1 alone: conv-BN-ReLU, 64 channels at full resolution
 MAX_RESERVE_MIB = ARTICLE_CARD_BYTES // MB // 2  # the reserve slider's end: half the card
 
 
@@ -305,7 +308,8 @@ def reserve_panel(
 
 def checkpoint_modes(tables: Mapping[str, PeakTable], batch: int = 23) -> str:
     """Peak at ``batch`` and largest batch on the whole card, plain, non-reentrant checkpoint (the
-    tables) and reentrant checkpoint, the mode the article ran (PyTorch's default then)."""
+    tables) and reentrant checkpoint, the mode the article ran (PyTorch's default then); then how
+    many of ``seg0``'s full-resolution tensors per sample reentrant holds beyond non-reentrant."""
     card = _card_of(tables, ARTICLE_MAX_BATCH)
     covered = min(len(table.peaks) for table in tables.values())
     if not 1 <= batch <= covered:
@@ -317,26 +321,26 @@ def checkpoint_modes(tables: Mapping[str, PeakTable], batch: int = 23) -> str:
         optimizer_factory=adam_optimizer,
     )
     search = find_max_batch_size(REENTRANT_CHECKPOINT, (3, size, size), card, device="meta")
-    rows = {
-        "no checkpoint": (
-            tables["no checkpoint"].peaks[batch - 1],
-            tables["no checkpoint"].largest_batch(card),
+    plain, checkpointed = tables["no checkpoint"], tables["checkpoint"]
+    rows = [
+        ("no checkpoint", plain.peaks[batch - 1], plain.largest_batch(card)),
+        (
+            "checkpoint, non-reentrant",
+            checkpointed.peaks[batch - 1],
+            checkpointed.largest_batch(card),
         ),
-        "checkpoint, non-reentrant": (
-            tables["checkpoint"].peaks[batch - 1],
-            tables["checkpoint"].largest_batch(card),
-        ),
-        "checkpoint, reentrant (the article's)": (reentrant.peak_bytes, search.batch_size),
-    }
-    lines = [
-        f"NetA at {size} px, Adam, {DRY_RUN_LABEL}:",
-        f"{'':<38} {f'peak at batch {batch}':>18} {f'largest in {card // MB} MiB':>20}",
+        ("checkpoint, reentrant (the article's)", reentrant.peak_bytes, search.batch_size),
     ]
-    lines += [
-        f"{label:<38} {peak / MB:>14.1f} MiB {largest:>20}"
-        for label, (peak, largest) in rows.items()
-    ]
-    return "\n".join(lines)
+    header = ("NetA, Adam", f"peak MiB at batch {batch}", f"largest batch in {card // MB} MiB")
+    table = text_table(header, [(label, f"{peak / MB:.1f}", most) for label, peak, most in rows])
+    gap = reentrant.peak_bytes - checkpointed.peaks[batch - 1]
+    seg0_tensor = SEG0_CHANNELS * size * size * 4  # one sample's float32 output of layer1's conv
+    return (
+        f"NetA at {size} px, {DRY_RUN_LABEL}:\n{table}\n"
+        f"reentrant - non-reentrant at batch {batch}: {gap / MB:.1f} MiB = {batch} x "
+        f"{gap / batch / MB:.2f} MiB; one sample's {SEG0_CHANNELS}-channel {size} px tensor: "
+        f"{seg0_tensor / MB:.2f} MiB"
+    )
 
 
 def article_step_timelines(

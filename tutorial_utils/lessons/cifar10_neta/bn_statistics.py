@@ -1,23 +1,26 @@
-"""Notebook 03, section 6: BatchNorm running statistics under checkpointing, and two fixes."""
+"""Notebook 03's Going deeper: BatchNorm's statistics under checkpointing, with the package's two
+fixes (compensated momentum, hooks), in both checkpoint modes."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 import torch
+import torch.nn as nn
 
 from tutorial_utils.articles.models import NetA
 from tutorial_utils.checkpointing.batchnorm import (
     RunningStats,
     compensate_momentum,
+    counter_ratio,
     freeze_stats_during_recompute,
     running_stats,
+    stats_match,
     updates_per_step,
 )
-from tutorial_utils.lessons.cifar10_neta.card import Batch
-from tutorial_utils.lessons.cifar10_neta.strategies import train_step
+from tutorial_utils.display.tables import text_table
 
-# -- BatchNorm under checkpointing -----------------------------------------------------------
+Batch = tuple[torch.Tensor, torch.Tensor]
 
 
 def batchnorm_runs(
@@ -39,8 +42,11 @@ def batchnorm_runs(
         elif fix == "freeze":
             freeze_stats_during_recompute(model)
         optimizer = torch.optim.Adam(model.parameters(), 1e-3)
+        model.train()
         for inputs, targets in batches:
-            train_step(model, optimizer, inputs, targets)
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(inputs), targets).backward()
+            optimizer.step()
         return running_stats(model)
 
     return {
@@ -49,3 +55,19 @@ def batchnorm_runs(
         "checkpoint + momentum fix": run(True, "momentum"),
         "checkpoint + frozen recompute": run(True, "freeze"),
     }
+
+
+def format_batchnorm_runs(runs: dict[str, RunningStats], reference: str = "plain") -> str:
+    """Each run against ``reference``: counters, running mean and variance, everything."""
+    base = runs[reference]
+    rows = [
+        (
+            label,
+            f"x{counter_ratio(stats, base):.0f}",
+            stats_match(stats, base, counters=False),
+            stats_match(stats, base),
+        )
+        for label, stats in runs.items()
+    ]
+    header = ("run", "counter vs plain", "mean and variance match plain", "everything matches")
+    return text_table(header, rows)
