@@ -9,8 +9,6 @@ import torch.nn as nn
 from tutorial_utils.articles.models import vgg16_classifier
 from tutorial_utils.lessons import vgg16_dogcat
 from tutorial_utils.measurement.gradients import max_difference, parameter_gradients
-from tutorial_utils.measurement.step import measure_step
-from tutorial_utils.measurement.timing import Timing
 from tutorial_utils.training.loop import EpochRecord, History
 
 MB = 2**20
@@ -169,26 +167,6 @@ def test_omitting_use_reentrant_warns_and_behaves_reentrant() -> None:
     assert any("use_reentrant" in message for message in messages)
 
 
-def test_inplace_relu_opening_a_checkpointed_segment_fails_in_backward() -> None:
-    # 8 modules, 4 segments: [0,2) [2,4) [4,6) [6,8); 8 segments put ReLU 1 and 3 at a start
-    inplace = small_net(inplace=True)
-    assert vgg16_dogcat.inplace_modules_at_checkpoint_starts(inplace, 8) == [1, 3]
-    assert vgg16_dogcat.inplace_modules_at_checkpoint_starts(inplace, 4) == []
-    assert vgg16_dogcat.backward_error(inplace, INPUTS, 8).startswith("RuntimeError: ")
-    assert vgg16_dogcat.backward_error(inplace, INPUTS, 4) is None
-    assert vgg16_dogcat.backward_error(small_net(inplace=False), INPUTS, 8) is None
-
-
-def test_vgg16_flat_inplace_keeps_the_article_relus() -> None:
-    article = vgg16_classifier()
-    flat = vgg16_dogcat.vgg16_flat_inplace(article)
-    assert len(flat) == 40 and flat[1].inplace
-    assert vgg16_dogcat.inplace_modules_at_checkpoint_starts(flat, 3) == [13]
-    assert (
-        vgg16_dogcat.inplace_modules_at_checkpoint_starts(vgg16_classifier(layout="flat"), 3) == []
-    )
-
-
 def test_dropout_gradients_match_only_with_the_rng_state_preserved() -> None:
     model = small_net(dropout=0.5)
     # 8 modules in 4 segments: the Dropout (module 6) is in the last; 8 segments checkpoint it
@@ -210,20 +188,6 @@ def test_call_counts_show_recomputation_and_the_early_stop() -> None:
     assert non_reentrant[3] == 1  # stopped inside the segment's last module
     reentrant = vgg16_dogcat.forward_call_counts(model, INPUTS, 2, use_reentrant=True)
     assert reentrant == [2, 2, 2, 2, 1, 1, 1, 1]
-
-
-def test_torch_checkpoint_sequential_with_one_segment_has_the_plain_peak() -> None:
-    torch.manual_seed(0)
-    convs = [m for _ in range(4) for m in (nn.Conv2d(8, 8, 3, padding=1), nn.ReLU())]
-    model = nn.Sequential(nn.Conv2d(3, 8, 1), *convs, nn.AdaptiveAvgPool2d(1), nn.Flatten())
-    inputs, targets = torch.randn(2, 3, 32, 32), torch.tensor([0, 1])  # activations dominate
-
-    def peak(segments):
-        return measure_step(model, inputs, targets, segments, time_step=False).peak_bytes
-
-    plain = peak(0)
-    assert peak(vgg16_dogcat.TorchCheckpointSequential(1)) == plain
-    assert peak(vgg16_dogcat.TorchCheckpointSequential(4)) < plain
 
 
 def test_segment_explorer_measures_once_per_scale_and_shows_the_chosen_count() -> None:
@@ -285,47 +249,6 @@ def test_run_state_report_counts_what_an_unsaved_run_would_weigh(tmp_path) -> No
     assert list(tmp_path.iterdir()) == []
 
 
-# -- section 5: the convolutional part timed against its FLOP prediction ------------------------
-
-
-def test_vgg16_convolutional_is_the_features_with_a_small_head() -> None:
-    model = vgg16_dogcat.vgg16_convolutional(num_classes=2)
-    assert len(model) == 34
-    assert isinstance(model[-1], nn.Linear) and model[-1].in_features == 512
-    assert not any(getattr(m, "inplace", False) for m in model)  # safe at any segment boundary
-    assert model(torch.randn(1, 3, 32, 32)).shape == (1, 2)
-
-
-def test_convolutional_part_predicts_a_recompute_dominated_slowdown() -> None:
-    """By dry run, 4 segments re-run three quarters of the convolutions: well above x1."""
-    model = vgg16_dogcat.vgg16_convolutional()
-    ratio = vgg16_dogcat.checkpointed_flops_ratio(model, batch_size=2, image_size=32, segments=4)
-    assert 1.15 < ratio < 1.34
-
-
-def test_step_times_ratio_per_turn_against_the_prediction() -> None:
-    times = vgg16_dogcat.StepTimes(
-        Timing.of([1.0, 2.0, 1.0]), Timing.of([1.3, 2.4, 1.25]), predicted=1.25
-    )
-    assert times.turn_ratios == pytest.approx((1.3, 1.2, 1.25))
-    assert times.median_ratio == pytest.approx(1.25) and times.off_prediction == pytest.approx(0)
-    assert not times.beyond_noise  # the slow second turn makes the ranges overlap
-    assert "median x1.25 (x1.20-x1.30 over 3 turns); FLOPs predict x1.25" in times.describe()
-    apart = vgg16_dogcat.StepTimes(Timing.of([1.0, 1.1]), Timing.of([1.4, 1.5]), predicted=1.3)
-    assert apart.beyond_noise and "beyond noise" in apart.describe()
-    with pytest.raises(ValueError, match="same number of turns"):
-        vgg16_dogcat.StepTimes(Timing.of([1.0]), Timing.of([1.0, 1.1]), predicted=1.0)
-
-
-def test_time_plain_and_checkpointed_warms_up_then_takes_turns() -> None:
-    calls: list[str] = []
-    times = vgg16_dogcat.time_plain_and_checkpointed(
-        lambda: calls.append("p"), lambda: calls.append("c"), repeats=3, predicted=1.2
-    )
-    assert "".join(calls) == "pc" + "pc" * 3  # one warm-up each, then in turns
-    assert times.plain.repeats == times.checkpointed.repeats == 3 and times.predicted == 1.2
-
-
 def test_fresh_cuda_state_says_there_is_nothing_to_reset_off_a_gpu() -> None:
     assert vgg16_dogcat.fresh_cuda_state("cpu").startswith("cpu: no CUDA state to reset")
 
@@ -334,12 +257,11 @@ def test_gradients_per_segment_reports_torch_warnings_only() -> None:
     """A warning raised by other code during the step (a kernel's deprecation, say) is not shown."""
     import warnings
 
-    model = vgg16_dogcat.vgg16_flat_inplace(vgg16_classifier(num_classes=2, layout="article"))
-    model = nn.Sequential(*list(model)[:6])
+    model = small_net()
     hook = model[0].register_forward_hook(lambda *_: warnings.warn("not torch's", stacklevel=1))
     try:
         _, messages = vgg16_dogcat.gradients_per_segment(
-            model, torch.randn(1, 3, 16, 16), 2, use_reentrant=True, input_requires_grad=False
+            model, INPUTS, 2, use_reentrant=True, input_requires_grad=False
         )
     finally:
         hook.remove()

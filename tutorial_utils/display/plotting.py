@@ -368,7 +368,7 @@ def plot_step_timelines(reports: Mapping[str, Any], *, subtitle: str | None = No
         )
         peak_op = max(ops, key=lambda op: report.timeline[op - 1].current_bytes)
         ax.annotate(
-            f"peak {report.peak_bytes / MB:,.0f} MB",
+            f"peak {report.peak_bytes / MB:,.0f} MiB",
             (peak_op, report.peak_bytes / MB),
             xytext=(0, 4),
             textcoords="offset points",

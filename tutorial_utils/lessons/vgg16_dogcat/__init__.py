@@ -1,9 +1,10 @@
 """The mechanics behind notebook 02 (VGG16 on dogs vs cats), one module per part of the notebook.
 
-The notebook imports this one name (``from tutorial_utils.lessons import vgg16_dogcat as
-lesson``); the parts: ``runs`` (the two training runs against the article's figures),
-``step_time`` (a checkpointed step timed against a plain one), ``activations`` (one step op by
-op, saved activations, dry-run sweeps), ``panel`` (the segment explorer) and ``pitfalls``.
+Section 1's experiment lives in the notebook's own cells, on ``tutorial_utils.tools`` alone; the
+rest imports this one name (``from tutorial_utils.lessons import vgg16_dogcat as lesson``). The
+parts: ``activations`` (section 2's step op by op, saved activations, dry-run sweeps), ``runs``
+(the article's two training runs against its figures), ``panel`` (the segment explorer) and
+``pitfalls`` (reentrant mode, Dropout, the last segment).
 """
 
 from tutorial_utils.lessons.vgg16_dogcat.activations import (
@@ -30,13 +31,9 @@ from tutorial_utils.lessons.vgg16_dogcat.panel import (
 )
 from tutorial_utils.lessons.vgg16_dogcat.pitfalls import (
     SegmentGradients,
-    TorchCheckpointSequential,
-    backward_error,
     dropout_segments,
     forward_call_counts,
     gradients_per_segment,
-    inplace_modules_at_checkpoint_starts,
-    vgg16_flat_inplace,
 )
 from tutorial_utils.lessons.vgg16_dogcat.runs import (
     ARTICLE,
@@ -52,17 +49,8 @@ from tutorial_utils.lessons.vgg16_dogcat.runs import (
     sizes_for,
     summarize_run,
 )
-from tutorial_utils.lessons.vgg16_dogcat.step_time import (
-    StepTimes,
-    time_plain_and_checkpointed,
-    vgg16_convolutional,
-)
 
 __all__ = [
-    "StepTimes",
-    "fresh_cuda_state",
-    "time_plain_and_checkpointed",
-    "vgg16_convolutional",
     "ARTICLE",
     "ARTICLE_BATCH",
     "ARTICLE_INPUT",
@@ -75,10 +63,8 @@ __all__ = [
     "SegmentExplorer",
     "SegmentGradients",
     "Sizes",
-    "TorchCheckpointSequential",
     "after_forward_bytes",
     "article_batch",
-    "backward_error",
     "best_uniform_split",
     "checkpointed_flops_ratio",
     "comparison_statements",
@@ -88,8 +74,8 @@ __all__ = [
     "epoch_timing",
     "format_sweep",
     "forward_call_counts",
+    "fresh_cuda_state",
     "gradients_per_segment",
-    "inplace_modules_at_checkpoint_starts",
     "plot_ratio_comparison",
     "plot_saved_activations",
     "run_state_report",
@@ -99,5 +85,4 @@ __all__ = [
     "sqrt_rule",
     "step_timelines",
     "summarize_run",
-    "vgg16_flat_inplace",
 ]

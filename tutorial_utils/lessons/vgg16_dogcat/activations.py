@@ -1,4 +1,5 @@
-"""Notebook 02, sections 4-5: one step op by op, where VGG16 keeps its activations, dry-run sweeps."""
+"""Notebook 02, section 2 and Going deeper: a step op by op, where VGG16 keeps its activations,
+dry-run sweeps."""
 
 from __future__ import annotations
 

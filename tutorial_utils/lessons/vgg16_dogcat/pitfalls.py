@@ -1,4 +1,4 @@
-"""Notebook 02's pitfalls: reentrant mode, in-place ReLUs, Dropout, the last segment."""
+"""Notebook 02's caveats (Going deeper): reentrant mode, Dropout, the last segment."""
 
 from __future__ import annotations
 
@@ -10,11 +10,7 @@ import torch
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint_sequential
 
-from tutorial_utils.checkpointing.segments import (
-    forward_segments,
-    segment_boundaries,
-    validate_segments,
-)
+from tutorial_utils.checkpointing.segments import segment_boundaries, validate_segments
 
 # -- pitfalls --------------------------------------------------------------------------------
 
@@ -75,32 +71,6 @@ def raised_by_torch(warning: warnings.WarningMessage) -> bool:
     return warning.filename == __file__ or "torch" in Path(warning.filename).parts
 
 
-def vgg16_flat_inplace(article_model: nn.Sequential) -> nn.Sequential:
-    """The article model's modules with ``features`` unrolled as they come: ReLU(inplace=True)."""
-    features, *rest = list(article_model.children())
-    return nn.Sequential(*features.children(), *rest)
-
-
-def inplace_modules_at_checkpoint_starts(model: nn.Sequential, segments: int) -> list[int]:
-    """Indices of in-place modules that open a checkpointed segment (they modify its saved input)."""
-    bounds = segment_boundaries(len(model), segments)
-    checkpointed = bounds[:-1] if segments >= 2 else []
-    return [start for start, _ in checkpointed if getattr(model[start], "inplace", False)]
-
-
-def backward_error(model: nn.Sequential, inputs: torch.Tensor, segments: int) -> str | None:
-    """``None`` if a non-reentrant checkpointed forward + backward runs, else the error's first line."""
-    model.zero_grad(set_to_none=True)
-    try:
-        output = forward_segments(model, inputs, segments, use_reentrant=False)
-        output.sum().backward()
-    except RuntimeError as error:
-        return f"{type(error).__name__}: {str(error).splitlines()[0]}"
-    finally:
-        model.zero_grad(set_to_none=True)
-    return None
-
-
 def dropout_segments(model: nn.Sequential, segments: int) -> list[tuple[int, int, bool]]:
     """``(start, end, checkpointed)`` of the segments that contain a Dropout."""
     bounds = segment_boundaries(len(model), segments)
@@ -134,25 +104,3 @@ def forward_call_counts(
             handle.remove()
         model.zero_grad(set_to_none=True)
     return counts
-
-
-@dataclass(frozen=True)
-class TorchCheckpointSequential:
-    """A ``CheckpointStrategy`` that calls torch's ``checkpoint_sequential`` for any count >= 1.
-
-    ``forward_segments`` runs a plain forward for 0 and 1; this runs torch's own function even
-    for 1, to show that torch itself checkpoints nothing there.
-    """
-
-    segments: int
-
-    def forward(
-        self, model: nn.Sequential, x: torch.Tensor, use_reentrant: bool, preserve_rng_state: bool
-    ) -> torch.Tensor:
-        return checkpoint_sequential(
-            model,
-            self.segments,
-            x,
-            use_reentrant=use_reentrant,
-            preserve_rng_state=preserve_rng_state,
-        )

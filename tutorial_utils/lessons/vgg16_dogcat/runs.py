@@ -1,10 +1,10 @@
-"""Notebook 02, sections 2-3: the two training runs beside the figures the first article quotes."""
+"""Notebook 02, Going deeper: the article's two training runs beside the figures it quotes."""
 
 from __future__ import annotations
 
 import gc
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -26,25 +26,18 @@ from tutorial_utils.units import MB, ratio
 class Sizes:
     """What notebook 02 runs beyond the profile's own image size, batch and epochs."""
 
-    sweep_counts: tuple[int, ...]  # segment counts the flat-layout sweep measures first
-    article_steps: int  # training steps of the article's two step functions, side by side
-    timing_image_size: int  # the convolutional part's timed steps: pixels per side,
-    timing_batch: int  # batch,
-    timing_segments: int  # checkpoint_sequential segments,
-    timing_repeats: int  # and turns of (plain, checkpointed)
+    sweep_counts: tuple[int, ...]  # segment counts the flat-layout panel measures first
 
 
 def sizes_for(profile: Profile) -> Sizes:
-    """Notebook 02's sizes: small in ``ci``; on a laptop CPU the convolutional part at 128 px,
-    batch 8, where recomputation dominates the step; ``TUTORIAL_STEPS`` caps the repeats."""
+    """Notebook 02's sizes: the panel's first counts, fewer where the profile is small. (Section
+    1's experiment takes its sizes from the device, not the profile, so a learner's copy of its
+    cells needs no profile.)"""
     if profile.name == "ci":
-        sizes = Sizes((0, 2, 6), 2, 32, 2, 4, 2)
-    elif profile.name == "cpu":
-        sizes = Sizes((0, 2, 4, 6, 10), 3, 128, 8, 4, 5)
-    else:  # gpu and article
-        sizes = Sizes((0, 2, 4, 6, 8, 10, 20), 3, 224, 32, 4, 10)
-    repeats = profile.capped(sizes.timing_repeats) or sizes.timing_repeats
-    return replace(sizes, timing_repeats=max(2, repeats))
+        return Sizes((0, 2, 6))
+    if profile.name == "cpu":
+        return Sizes((0, 2, 4, 6, 10))
+    return Sizes((0, 2, 4, 6, 8, 10, 20))  # gpu and article
 
 
 # -- the article's figures and ours ----------------------------------------------------------
