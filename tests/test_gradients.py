@@ -11,7 +11,6 @@ from tutorial_utils.measurement.gradients import (
     gradients_match,
     named_gradients,
     parameter_gradients,
-    relative_gap,
 )
 
 
@@ -23,7 +22,6 @@ def test_checkpointed_gradients_equal_the_plain_ones() -> None:
     checkpointed = parameter_gradients(model, inputs, 2)
     row = compare_gradients(plain, checkpointed)
     assert row["parameters"] == 8 and row["close"] and row["max_difference"] < 1e-6
-    assert relative_gap(checkpointed, plain) < 1e-6
 
 
 def test_a_changed_gradient_is_seen() -> None:
@@ -37,7 +35,6 @@ def test_a_changed_gradient_is_seen() -> None:
     }
     row = compare_gradients(reference, changed)
     assert not row["bitwise"] and not row["close"] and row["max_difference"] == 1.0
-    assert relative_gap(changed, reference) > 0.1
     by_name = dict(zip("ab", reference, strict=True))
     assert gradients_match(by_name, by_name)
     assert not gradients_match(dict(zip("ab", changed, strict=True)), by_name)

@@ -10,12 +10,10 @@ from matplotlib.figure import Figure
 
 from tutorial_utils.display.figure_check import figure_problems
 from tutorial_utils.display.plotting import (
-    plot_batch_search,
     plot_breakdown,
     plot_histories,
     plot_segment_sweep,
 )
-from tutorial_utils.measurement.batch_search import BatchTrial, MaxBatchResult
 from tutorial_utils.measurement.step import measure_step, sweep_segments
 from tutorial_utils.training.loop import EpochRecord, History
 
@@ -59,27 +57,6 @@ def test_segment_sweep_marks_sqrt_n():
     assert len(figure.axes) == 3  # memory and time axes, and the activation panel
     legend = [t.get_text() for t in figure.axes[0].get_legend().get_texts()]
     assert any("sqrt(n) = 4.0" in text for text in legend)
-
-
-def test_batch_search_draws_budget_and_out_of_memory_trials():
-    budget = 10 * 2**20
-    fits = MaxBatchResult(
-        4,
-        [
-            BatchTrial(2, True, 5 * 2**20),
-            BatchTrial(4, True, 9 * 2**20),
-            BatchTrial(8, False, 11 * 2**20, "stopped: over budget"),
-        ],
-        budget,
-    )
-    oom = MaxBatchResult(
-        2, [BatchTrial(2, True, 8 * 2**20), BatchTrial(4, False, None, "OOM")], budget
-    )
-    figure = plot_batch_search({"plain": fits, "real run": oom}, budget, quoted={"plain": 23})
-    assert_labelled(figure)
-    legend = [t.get_text() for t in figure.axes[0].get_legend().get_texts()]
-    assert "budget 10 MiB" in legend and "plain: article's 23" in legend
-    assert "real run: out of memory" in legend and "plain: stopped over budget" in legend
 
 
 def test_histories_three_panels():

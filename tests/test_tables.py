@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tutorial_utils.display.tables import epoch_table, text_table
+from tutorial_utils.display.tables import text_table
 from tutorial_utils.lessons.toy_summation_graph import (
     article_tree,
     compare_with_model,
@@ -14,7 +14,6 @@ from tutorial_utils.lessons.toy_summation_graph import (
     tables,
 )
 from tutorial_utils.measurement.step import sweep_segments
-from tutorial_utils.training.loop import EpochRecord, History
 
 
 def test_text_table_aligns_columns_and_refuses_ragged_rows() -> None:
@@ -26,16 +25,6 @@ def test_text_table_aligns_columns_and_refuses_ragged_rows() -> None:
         text_table(("a", "b"), [], "l")
     with pytest.raises(ValueError, match="2 columns"):
         text_table(("name", "MB"), [("plain",)])
-
-
-def test_epoch_table_has_a_row_per_epoch_per_run() -> None:
-    record = EpochRecord(0, None, None, 50.0, 0.6931, 1.25, 10.0)
-    table = epoch_table(
-        {"plain": History("plain", [record, record]), "ckpt": History("c", [record])}
-    )
-    lines = table.splitlines()
-    assert len(lines) == 4 and lines[1].startswith("plain") and lines[3].startswith("ckpt")
-    assert lines[1].split() == ["plain", "0", "n/a", "50.0", "0.6931", "1.25"]
 
 
 def test_the_toy_tables_print_the_simulated_peaks() -> None:

@@ -15,9 +15,6 @@ import os
 from dataclasses import dataclass, replace
 from typing import Literal, overload
 
-from tutorial_utils.articles.quoted import NETA_ARTICLE
-from tutorial_utils.units import MB
-
 PROFILE_ENV = "TUTORIAL_PROFILE"
 STEPS_ENV = "TUTORIAL_STEPS"
 REHEARSAL_EPOCHS = 2
@@ -40,7 +37,6 @@ class Profile:
     cifar_train_samples: int | None  # None = the whole split
     cifar_test_samples: int | None
     cifar_batch_size: int
-    memory_budget_bytes: int  # the "small card" of the max-batch search
     sweep_batch_size: int  # batch for segment sweeps and benchmarks
     num_workers: int
     use_real_data: bool  # False: always the small generated sets, even where the real ones exist
@@ -92,7 +88,6 @@ PROFILES: dict[str, Profile] = {  # keyed by ProfileName; looked up by any strin
         cifar_train_samples=64,
         cifar_test_samples=32,
         cifar_batch_size=16,
-        memory_budget_bytes=40 * MB,
         sweep_batch_size=4,
         num_workers=0,
         use_real_data=False,
@@ -110,7 +105,6 @@ PROFILES: dict[str, Profile] = {  # keyed by ProfileName; looked up by any strin
         cifar_train_samples=512,  # 16 steps of 32 an epoch
         cifar_test_samples=128,
         cifar_batch_size=32,
-        memory_budget_bytes=256 * MB,
         sweep_batch_size=8,
         num_workers=2,
         use_real_data=True,
@@ -136,7 +130,6 @@ PROFILES: dict[str, Profile] = {  # keyed by ProfileName; looked up by any strin
         cifar_train_samples=1550,
         cifar_test_samples=620,
         cifar_batch_size=31,
-        memory_budget_bytes=NETA_ARTICLE.card_bytes,
         sweep_batch_size=32,
         num_workers=2,
         use_real_data=True,
@@ -154,7 +147,6 @@ PROFILES: dict[str, Profile] = {  # keyed by ProfileName; looked up by any strin
         cifar_train_samples=None,
         cifar_test_samples=None,
         cifar_batch_size=31,
-        memory_budget_bytes=NETA_ARTICLE.card_bytes,
         sweep_batch_size=32,
         num_workers=2,
         use_real_data=True,

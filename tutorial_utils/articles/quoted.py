@@ -60,10 +60,6 @@ class NetAFigures:
         """The largest batches, keyed as the notebooks label the two runs."""
         return {"no checkpoint": self.max_batch_plain, "checkpoint": self.max_batch_checkpointed}
 
-    @property
-    def batch_gain(self) -> float:
-        return self.max_batch_checkpointed / self.max_batch_plain
-
 
 TOY_GRAPH = ToyGraphFigures()
 VGG16_ARTICLE = VGG16Figures()

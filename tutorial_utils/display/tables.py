@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
-from tutorial_utils.training.loop import History
-
 TableStyle = Literal["text", "markdown"]
 Column = tuple[str, str, str]  # (key in each row, title, format such as "{:.1f}")
 
@@ -46,24 +44,6 @@ def _checked_align(header: Sequence[str], align: str | None) -> str:
     if len(align) != len(header) or set(align) - {"l", "r"}:
         raise ValueError(f"align needs one 'l' or 'r' per column ({len(header)}), got {align!r}")
     return align
-
-
-def epoch_table(histories: Mapping[str, History]) -> str:
-    """Every epoch of every run: accuracies, test loss and the training pass's seconds."""
-    rows = [
-        (
-            label,
-            record.epoch,
-            "n/a" if record.train_accuracy is None else f"{record.train_accuracy:.1f}",
-            f"{record.val_accuracy:.1f}",
-            f"{record.val_loss:.4f}",
-            f"{record.seconds:.2f}",
-        )
-        for label, history in histories.items()
-        for record in history.records
-    ]
-    header = ("run", "epoch", "train acc %", "test acc %", "test loss", "s/epoch")
-    return text_table(header, rows)
 
 
 def markdown_table(

@@ -65,13 +65,6 @@ def max_difference(first: Sequence[torch.Tensor], second: Sequence[torch.Tensor]
     return max((a - b).abs().max().item() for a, b in zip(first, second, strict=True))
 
 
-def relative_gap(gradients: Sequence[torch.Tensor], reference: Sequence[torch.Tensor]) -> float:
-    """``||g - g_ref|| / ||g_ref||`` over all parameters: 0 for the same gradient."""
-    flat = torch.cat([g.flatten() for g in gradients])
-    flat_reference = torch.cat([g.flatten() for g in reference])
-    return float((flat - flat_reference).norm() / flat_reference.norm())
-
-
 def gradients_match(
     gradients: Mapping[str, torch.Tensor],
     reference: Mapping[str, torch.Tensor],
