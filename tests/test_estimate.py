@@ -24,6 +24,7 @@ from tutorial_utils.estimate.card import GiB, parse_bytes, parse_card
 from tutorial_utils.estimate.estimator import (
     Workload,
     build_model,
+    cuda_autocast_precision,
     estimate,
     largest_fit,
     train_step,
@@ -319,3 +320,19 @@ def test_a_config_that_is_not_a_causal_lm(tmp_path, capsys):
     path.write_text(json.dumps({"model_type": "vit"}))
     assert main(["estimate", "--hf-config", str(path), "--no-search"]) == 2
     assert "not a causal language model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "card, bf16_supported, precision",
+    [
+        (
+            "a T4: bfloat16 emulated only",
+            lambda including_emulation=True: including_emulation,
+            "amp-fp16",
+        ),
+        ("an A100", lambda including_emulation=True: True, "amp-bf16"),
+    ],
+)
+def test_the_autocast_dtype_follows_the_card(monkeypatch, card, bf16_supported, precision):
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", bf16_supported)
+    assert cuda_autocast_precision() == precision, card

@@ -38,6 +38,12 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 PRECISIONS = ("fp32", "bf16", "fp16", "amp-bf16", "amp-fp16")
 
 
+def cuda_autocast_precision() -> str:
+    """``amp-bf16`` on a GPU that computes in bfloat16 (compute capability 8.0 and later), else
+    ``amp-fp16``: a T4 only emulates bfloat16, and its fused attention kernels take float16."""
+    return "amp-bf16" if torch.cuda.is_bf16_supported(including_emulation=False) else "amp-fp16"
+
+
 def describe_precision(precision: str) -> str:
     """How each figure's step ran, in words."""
     if precision.startswith("amp-"):

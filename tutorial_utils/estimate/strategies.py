@@ -1,7 +1,7 @@
 """Checkpointing strategies for any model: the calls people write, as settings to switch.
 
-A ``transformers`` model is checkpointed through its own call
-(``activation_checkpointing_enable``, which ``gradient_checkpointing_enable`` is an alias of)
+A ``transformers`` model is checkpointed through its own call (``activation_checkpointing_enable``,
+before transformers 5.23 ``gradient_checkpointing_enable``: ``checkpointing.transformers_api``)
 with ``use_reentrant=False``; a torchvision model by wrapping its repeated blocks in
 ``torch.utils.checkpoint.checkpoint`` (``checkpointing.blocks.checkpointed_blocks``). Both take
 the same settings: every block, every n-th block, or selective checkpointing that saves the
@@ -24,6 +24,10 @@ from tutorial_utils.checkpointing.selective import (
     EXPENSIVE_OPS,
     MATRIX_PRODUCT_OPS,
     selective_context_fn,
+)
+from tutorial_utils.checkpointing.transformers_api import (
+    disable_checkpointing,
+    enable_checkpointing,
 )
 from tutorial_utils.estimate.models import repeated_blocks
 from tutorial_utils.measurement.autocast import EmulatedAutocast
@@ -88,17 +92,12 @@ class Strategy:
             return
         base: Any = cast(Any, model).get_base_model() if hasattr(model, "get_base_model") else model
         kwargs = self.checkpoint_kwargs(base, autocast)
-        if hasattr(base, "activation_checkpointing_enable"):
-            base.activation_checkpointing_enable(
-                activation_checkpointing_kwargs=kwargs,
-                every_n_layers=self.every,
-                offload=self.gpu_only,
-            )
+        if hasattr(base, "supports_gradient_checkpointing"):  # a transformers model
+            enable_checkpointing(base, kwargs, every_n_layers=self.every, offload=self.gpu_only)
             try:
                 yield model
             finally:
-                base.activation_checkpointing_disable()
-                base.disable_input_require_grads()
+                disable_checkpointing(base)
             return
         blocks = repeated_blocks(model)[:: self.every]
         with checkpointed_blocks(blocks, use_reentrant=False, context_fn=kwargs.get("context_fn")):

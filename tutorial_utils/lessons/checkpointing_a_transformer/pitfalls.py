@@ -15,6 +15,10 @@ from peft import PeftModel
 from transformers import PreTrainedModel
 
 from tutorial_utils.checkpointing.blocks import checkpointed_blocks
+from tutorial_utils.checkpointing.transformers_api import (
+    disable_checkpointing,
+    enable_checkpointing,
+)
 from tutorial_utils.display.tables import text_table
 from tutorial_utils.estimate.models import (
     decoder_blocks,
@@ -127,14 +131,11 @@ def _with_input_require_grads(base: PreTrainedModel, blocks: list[nn.Module]) ->
 
 @contextlib.contextmanager
 def _through_transformers(base: PreTrainedModel, use_reentrant: bool) -> Iterator[None]:
-    base.activation_checkpointing_enable(
-        activation_checkpointing_kwargs={"use_reentrant": use_reentrant}
-    )
+    enable_checkpointing(base, {"use_reentrant": use_reentrant})
     try:
         yield
     finally:
-        base.activation_checkpointing_disable()
-        base.disable_input_require_grads()
+        disable_checkpointing(base)
 
 
 def pitfall_table(checks: Sequence[GradientCheck]) -> str:
@@ -154,7 +155,8 @@ def pitfall_table(checks: Sequence[GradientCheck]) -> str:
 
 def checkpointing_messages(model: CausalLM, ids: torch.Tensor) -> list[str]:
     """What transformers and torch print when a checkpointed model is called with
-    ``use_cache=True`` through the deprecated ``gradient_checkpointing_enable`` alias."""
+    ``use_cache=True`` through the older name ``gradient_checkpointing_enable`` (deprecated in
+    transformers 5.23)."""
     handler = _MessageCollector()
     messages = handler.messages
     logger = logging.getLogger("transformers")
@@ -170,7 +172,7 @@ def checkpointing_messages(model: CausalLM, ids: torch.Tensor) -> list[str]:
     finally:
         logger.removeHandler(handler)
         hf_logging.enable_default_handler()
-        model.activation_checkpointing_disable()
+        disable_checkpointing(model)
     return [str(r.message) for r in records if r.category is FutureWarning] + messages
 
 
@@ -187,11 +189,11 @@ class _MessageCollector(logging.Handler):
 
 def default_use_reentrant(model: CausalLM) -> bool:
     """What ``activation_checkpointing_enable()`` with no arguments passes to ``checkpoint``."""
-    model.activation_checkpointing_enable()
+    enable_checkpointing(model)
     try:
         return decoder_blocks(model)[0]._gradient_checkpointing_func.keywords["use_reentrant"]
     finally:
-        model.activation_checkpointing_disable()
+        disable_checkpointing(model)
 
 
 def versions() -> str:

@@ -16,6 +16,10 @@ from tutorial_utils.checkpointing.selective import (
     MATRIX_PRODUCT_OPS,
     selective_context_fn,
 )
+from tutorial_utils.checkpointing.transformers_api import (
+    disable_checkpointing,
+    enable_checkpointing,
+)
 from tutorial_utils.display.tables import columns_table, text_table
 from tutorial_utils.lessons.checkpointing_a_transformer.models import (
     CausalLM,
@@ -53,12 +57,11 @@ class TransformerStrategy:
         if self.offload and next(model.parameters()).device.type != "cuda":
             raise ValueError(f"{self.name!r} moves activations off a GPU: run it on CUDA")
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
-        if base.is_activation_checkpointing:
-            base.activation_checkpointing_disable()
-        base.disable_input_require_grads()  # enabling adds the hook: "none" must not keep it
+        disable_checkpointing(base)  # and the input hook enabling adds: "none" must not keep it
         if self.kind != "none":
-            base.activation_checkpointing_enable(
-                activation_checkpointing_kwargs=self.checkpoint_kwargs(),
+            enable_checkpointing(
+                base,
+                self.checkpoint_kwargs(),
                 every_n_layers=self.every_n_layers,
                 offload=self.offload,
             )
