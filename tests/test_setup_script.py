@@ -48,11 +48,11 @@ def _pinned(pins: tuple[str, ...], name: str) -> tuple[int, ...]:
 @pytest.mark.parametrize(
     "system,machine,torch_pin",
     [
-        ("Linux", "x86_64", "torch==2.14.1"),
+        ("Linux", "x86_64", "torch==2.15.0"),
         ("Linux", "aarch64", "torch==2.9.1"),
         ("Linux", "arm64", "torch==2.9.1"),  # some distributions say arm64
         ("Darwin", "arm64", "torch==2.9.1"),  # runs on macOS 11+; 2.12 onwards need macOS 14
-        ("Windows", "AMD64", "torch==2.14.1"),
+        ("Windows", "AMD64", "torch==2.15.0"),
     ],
 )
 def test_each_supported_platform_gets_pins_within_pyproject(system, machine, torch_pin) -> None:
@@ -165,7 +165,7 @@ def test_the_stamp_follows_files_extras_and_pins_without_sha256sum(tmp_path) -> 
     first = stamp(root, "lab", ("torch==2.9.1",))
     assert first == stamp(root, "lab", ("torch==2.9.1",))
     assert first != stamp(root, "test,browser", ("torch==2.9.1",))
-    assert first != stamp(root, "lab", ("torch==2.14.1",))
+    assert first != stamp(root, "lab", ("torch==2.15.0",))
     (root / "constraints.txt").write_text("numpy==2.0.0\n")
     assert first != stamp(root, "lab", ("torch==2.9.1",))
 
@@ -192,7 +192,7 @@ def test_a_mac_dry_run_installs_the_macos_pins_from_pypi(tmp_path, monkeypatch, 
 def test_a_windows_dry_run_uses_scripts_and_prints_the_lab_line(tmp_path, monkeypatch, capsys):
     out = _dry_run(monkeypatch, capsys, _fake_root(tmp_path), "Windows", "AMD64", "lab")
     venv_python = str(tmp_path / ".venv" / "Scripts" / "python.exe")
-    assert f"would run: {venv_python} -m pip install -q torch==2.14.1 torchvision==0.29.1" in out
+    assert f"would run: {venv_python} -m pip install -q torch==2.15.0 torchvision==0.29.2" in out
     assert "trust" in out and "01_a.ipynb" in out
     assert out.rstrip().endswith(lab_command("Windows"))
 
