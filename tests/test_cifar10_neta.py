@@ -1,8 +1,9 @@
-"""Notebook 03's Going deeper on tiny inputs: BatchNorm's fixes in both modes; the article's card
-by dry run, on a small card at 224 px."""
+"""Notebook 03's lesson on tiny inputs: the segments panel; BatchNorm's fixes in both modes; the
+article's card by dry run, on a small card at 224 px."""
 
 from __future__ import annotations
 
+from functools import partial
 from itertools import pairwise
 
 import pytest
@@ -10,9 +11,11 @@ import torch
 
 from tutorial_utils.articles.models import NetA
 from tutorial_utils.checkpointing import batchnorm as bn
+from tutorial_utils.display.figure_check import figure_problems
 from tutorial_utils.lessons import cifar10_neta as lesson
 from tutorial_utils.measurement.batch_search import find_max_batch_size
 from tutorial_utils.measurement.step import DRY_RUN_LABEL
+from tutorial_utils.tools import saved_bytes
 from tutorial_utils.units import MB
 
 SIZE = 16
@@ -170,3 +173,53 @@ def test_step_timelines_plain_beside_checkpointed() -> None:
         "checkpoint, batch 2, 32 px",
     ]
     assert DRY_RUN_LABEL in figure._suptitle.get_text()
+
+
+# -- the segments panel: the notebook's NetA, chosen segments checkpointed ----------------------
+
+
+def test_forward_with_keeps_what_neta_keeps_for_the_same_segments() -> None:
+    images, _ = batch(2)
+    for chosen in (frozenset(), frozenset({0, 2}), frozenset(range(5))):
+        torch.manual_seed(0)
+        ours = NetA()
+        torch.manual_seed(0)
+        theirs = NetA(use_checkpoint=chosen, use_reentrant=False)
+        ours_saved = saved_bytes(ours, partial(lesson.forward_with, ours, images, chosen))
+        assert ours_saved == saved_bytes(theirs, partial(theirs, images)), chosen
+        assert torch.equal(lesson.forward_with(ours, images, chosen), theirs(images))
+
+
+def test_segments_panel_measures_the_ticked_segments_beside_plain() -> None:
+    panel = lesson.segments_panel(NetA, batch, budget_bytes=112 * MB, batch=2, max_batch=8)
+    labels = [control.description for control in panel.controls.values()]
+    assert labels[0] == "batch" and labels[1] == "seg0: layer1 -> 64x16x16"
+    assert labels[5] == "seg4: layer8, layer9 -> 10"
+    for name in ("seg0", "seg1", "seg2", "seg3", "seg4"):
+        panel.controls[name].value = name == "seg0"
+    run, figure = panel.run()
+    assert run.chosen == frozenset({0}) and run.batch == 2
+    assert run.saved_bytes["checkpointed"] < run.saved_bytes["plain"]
+    assert all(len(run.times[name].cpu_s) == 3 for name in ("plain", "checkpointed"))
+    text = panel.output.outputs[0]["text"]
+    assert text.startswith("batch 2; checkpointed (non-reentrant): seg0\n")
+    assert "fits 112 MiB" in text.splitlines()[1]
+    assert " cpu time  checkpointed   median " in text and "beyond noise: " in text
+    assert panel.output.outputs[1]["output_type"] == "display_data"
+    assert figure_problems(figure) == []
+
+
+def test_segments_run_with_nothing_ticked_is_the_plain_step_alone() -> None:
+    run = lesson.measure_segments(NetA, batch, chosen=(), batch=2, turns=1)
+    assert list(run.saved_bytes) == list(run.times) == ["plain"]
+    assert "checkpointed (non-reentrant): none (tick a segment)" in run.describe()
+    assert "fits" not in run.describe()  # no budget given
+
+
+def test_segments_panel_refuses_bad_input_in_one_line() -> None:
+    for chosen, size, message in (((), 0, "batch must be at least 1"), ((5,), 2, "seg0..seg4")):
+        with pytest.raises(ValueError, match=message) as error:
+            lesson.measure_segments(NetA, batch, chosen, size, turns=1)
+        assert "\n" not in str(error.value)
+    with pytest.raises(ValueError, match="pass the notebook's NetA"):
+        lesson.segments_panel(lambda: torch.nn.Linear(2, 2), batch)
