@@ -68,3 +68,22 @@ def test_cpu_and_cuda_policies_differ_where_pytorch_says():
 def test_emulation_rejects_other_dtypes():
     with pytest.raises(ValueError, match="bfloat16 or float16"):
         EmulatedAutocast(torch.float32)
+
+
+def test_a_dry_run_inside_torch_autocast_follows_it():
+    """Meta tensors ignore a real ``torch.autocast``; ``dry_run_step`` reads it and emulates it,
+    so a dry run inside the ``with`` block counts the mixed-precision step, not the float32 one."""
+    from torchvision.models import resnet18
+
+    from tutorial_utils.measurement.dry_run import ambient_autocast, dry_run_step
+
+    model, shape = resnet18(num_classes=2), (2, 3, 32, 32)
+    plain = dry_run_step(model, shape).peak_bytes
+    explicit = dry_run_step(model, shape, autocast=EmulatedAutocast(torch.bfloat16, CPU_POLICY))
+    assert ambient_autocast() is None
+    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        followed = ambient_autocast()
+        assert followed is not None and followed.dtype == torch.bfloat16
+        assert followed.policy is CPU_POLICY
+        inside = dry_run_step(model, shape).peak_bytes
+    assert inside == explicit.peak_bytes != plain

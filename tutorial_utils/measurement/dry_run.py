@@ -16,6 +16,7 @@ import torch
 import torch.nn as nn
 
 from tutorial_utils.checkpointing.segments import Segments
+from tutorial_utils.measurement.autocast import POLICIES, EmulatedAutocast
 from tutorial_utils.measurement.step import (
     OptimizerFactory,
     StepReport,
@@ -87,6 +88,7 @@ def dry_run_step(
     round_to_blocks: bool = False,
     record_timeline: bool = False,
     token_ids: bool = False,
+    autocast: EmulatedAutocast | None = None,
 ) -> StepReport:
     """One training step of ``model`` on a batch of ``input_shape``, as a dry run.
 
@@ -98,6 +100,10 @@ def dry_run_step(
     ``token_ids=True`` is for a language model (a ``transformers`` causal LM, say): the inputs are
     token ids of ``input_shape = (batch, sequence)``, the targets the same ids and the default
     loss ``next_token_loss``.
+
+    ``autocast`` runs the forward and the loss under emulated mixed precision. Left out, an active
+    ``torch.autocast("cuda" | "cpu")`` around the call is followed (meta tensors would otherwise
+    ignore it and the dry run would silently read the float32 step).
     """
     if len(input_shape) < 2 or any(int(side) <= 0 for side in input_shape):
         raise ValueError(f"input_shape must be (batch, ...) with positive sides, got {input_shape}")
@@ -113,6 +119,8 @@ def dry_run_step(
         inputs = torch.empty(shape, device="meta")
         targets = torch.empty(batch, dtype=torch.long, device="meta")
     factory = optimizer_factory if optimizer_factory is not None else default_optimizer
+    if autocast is None:
+        autocast = ambient_autocast()
     return measure_step(
         run,
         inputs,
@@ -123,4 +131,14 @@ def dry_run_step(
         "meta",
         round_to_blocks=round_to_blocks,
         record_timeline=record_timeline,
+        autocast=autocast,
     )
+
+
+def ambient_autocast() -> EmulatedAutocast | None:
+    """The emulation of the ``torch.autocast`` active in this thread, CUDA's before the CPU's, or
+    None: what a dry run inside ``with torch.autocast(...)`` should do on meta."""
+    for device_type, policy in POLICIES.items():
+        if torch.is_autocast_enabled(device_type):
+            return EmulatedAutocast(torch.get_autocast_dtype(device_type), policy)
+    return None
