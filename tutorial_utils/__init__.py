@@ -2,8 +2,9 @@
 
 The names below are the public API, the tools to take into your own training script (the
 README's "Use it on your own model" shows them at work), the types they return (``StepReport``,
-``MaxBatchResult``, ``Plan``, ``PeakFloor``) and what ``segments`` accepts (``Segments``: a count,
-or a ``CheckpointStrategy`` you implement). They are imported lazily, on first use,
+``MaxBatchResult``, ``Plan``, ``NestedPlan``, ``PeakFloor``) and what ``segments`` accepts
+(``Segments``: a count, ``EqualSegments``, or a ``CheckpointStrategy`` you implement;
+``checkpointed_blocks`` is the way in for a model that is not an ``nn.Sequential``). They are imported lazily, on first use,
 so ``python -m tutorial_utils --help`` answers before torch is loaded. The layers behind them
 are described in docs/ARCHITECTURE.md.
 """
@@ -17,7 +18,9 @@ if TYPE_CHECKING:  # what an IDE or a type checker sees; at run time the names l
     from tutorial_utils.checkpointing.batchnorm import (
         freeze_stats_during_recompute as freeze_stats_during_recompute,
     )
+    from tutorial_utils.checkpointing.blocks import checkpointed_blocks as checkpointed_blocks
     from tutorial_utils.checkpointing.segments import CheckpointStrategy as CheckpointStrategy
+    from tutorial_utils.checkpointing.segments import EqualSegments as EqualSegments
     from tutorial_utils.checkpointing.segments import Segments as Segments
     from tutorial_utils.checkpointing.segments import forward_segments as forward_segments
     from tutorial_utils.checkpointing.selective import OffloadedActivations as OffloadedActivations
@@ -34,6 +37,7 @@ if TYPE_CHECKING:  # what an IDE or a type checker sees; at run time the names l
     from tutorial_utils.planning.budget import plan_checkpoints as plan_checkpoints
     from tutorial_utils.planning.limits import PeakFloor as PeakFloor
     from tutorial_utils.planning.limits import peak_floor as peak_floor
+    from tutorial_utils.planning.nested import NestedPlan as NestedPlan
     from tutorial_utils.planning.planner import Plan as Plan
     from tutorial_utils.training.loop import train_model as train_model
 
@@ -42,6 +46,8 @@ _PUBLIC = {
     "forward_segments": "tutorial_utils.checkpointing.segments",
     "Segments": "tutorial_utils.checkpointing.segments",
     "CheckpointStrategy": "tutorial_utils.checkpointing.segments",
+    "EqualSegments": "tutorial_utils.checkpointing.segments",
+    "checkpointed_blocks": "tutorial_utils.checkpointing.blocks",
     "SelectiveCheckpoint": "tutorial_utils.checkpointing.selective",
     "OffloadedActivations": "tutorial_utils.checkpointing.selective",
     "freeze_stats_during_recompute": "tutorial_utils.checkpointing.batchnorm",
@@ -57,6 +63,7 @@ _PUBLIC = {
     "meta_copy": "tutorial_utils.measurement.dry_run",
     # planning
     "Plan": "tutorial_utils.planning.planner",
+    "NestedPlan": "tutorial_utils.planning.nested",
     "plan_checkpoints": "tutorial_utils.planning.budget",
     "PeakFloor": "tutorial_utils.planning.limits",
     "peak_floor": "tutorial_utils.planning.limits",
