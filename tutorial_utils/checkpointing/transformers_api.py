@@ -39,10 +39,10 @@ def enable_checkpointing(
     from transformers.modeling_layers import GradientCheckpointingLayer
 
     layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    device_type = next(model.parameters()).device.type
     for index, layer in enumerate(layers):
         layer.gradient_checkpointing = index % every_n_layers == 0
         if offload:
-            device_type = next(model.parameters()).device.type
             layer._gradient_checkpointing_func = _offloaded(
                 layer._gradient_checkpointing_func, device_type
             )
