@@ -102,3 +102,21 @@ def test_result_outputs_accept_figure_text_or_both():
     fig, _ = plt.subplots()
     assert [o["output_type"] for o in result_outputs(fig)] == ["display_data"]
     assert [o["output_type"] for o in result_outputs(("a", None))] == ["stream"]
+
+
+def test_a_run_whose_result_cannot_be_drawn_says_so(monkeypatch):
+    """An error while drawing the result (an unreadable figure, say) is shown like a failed
+    compute, not left behind a 'running...' status."""
+    from tutorial_utils.display import widgets as panel_widgets
+
+    def refuse(_figure):
+        raise ValueError("figure is hard to read")
+
+    monkeypatch.setattr(panel_widgets, "figure_output", refuse)
+    figure, _ = plt.subplots()
+    panel = panel_widgets.RunPanel({}, lambda: figure)
+    with pytest.raises(ValueError, match="hard to read"):
+        panel.run()
+    assert panel.status.value == "failed (see below)" and not panel.button.disabled
+    assert "hard to read" in panel.output.outputs[0]["text"]
+    plt.close(figure)

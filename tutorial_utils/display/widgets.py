@@ -166,13 +166,14 @@ class RunPanel:
         self.status.value = "running..."
         try:
             result = self.compute(**self.values())
+            outputs = result_outputs(result)  # drawing can fail too: shown like a failed compute
         except Exception as error:
             self.output.outputs = (text_output(f"{type(error).__name__}: {error}", "stderr"),)
             self.status.value = "failed (see below)"
             raise
         finally:
             self.button.disabled = False
-        self.output.outputs = result_outputs(result)
+        self.output.outputs = outputs
         self.runs += 1
         self.last_result = result
         self.status.value = f"done (run {self.runs})"

@@ -170,7 +170,9 @@ def plot_segments_run(run: SegmentsRun, device: torch.device | str) -> Figure:
     figure.suptitle(
         f"NetA, batch {run.batch}: memory against time\n{figure_subtitle(device)}", fontsize=10
     )
-    figure.tight_layout()
+    figure.tight_layout(
+        w_pad=3.0
+    )  # the two x axes end and start side by side: keep their labels apart
     return figure
 
 
