@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from tutorial_utils.__main__ import main
-from tutorial_utils.estimate.card import GiB, parse_bytes, parse_card
+from tutorial_utils.estimate.card import Card, GiB, parse_bytes, parse_card
 from tutorial_utils.estimate.estimator import (
     Workload,
     build_model,
@@ -251,22 +251,52 @@ def test_estimate_table_says_what_ran(tiny_config):
     )
     text = estimate_table(result)
     assert "dry run (meta device)" in text and "autocast(bf16)" in text
-    assert "GPU-only" in text and "reserve of 0.10 GiB" in text
+    assert "GPU-only" in text and "0.10 GiB held back" in text
     none, every, offload = result.rows
     assert every.flops_ratio > 1 and none.flops_ratio == 1
     assert offload.report is None and every.largest == 256
+
+
+def test_the_table_shows_allocated_and_reserved_and_fits_by_the_replay(tiny_config):
+    """Each measured row carries the allocator's predicted counters, in their own columns, and
+    ``fits`` is the replay's answer for the card's budget, with the margin it leaves."""
+    workload = Workload(f"hf:{tiny_config('llama')}", batch=1, size=64, precision="bf16")
+    roomy = parse_card("1GB", gpu="h100")
+    result = estimate(workload, [Strategy("none")], roomy, search=False)
+    (row,) = result.rows
+    assert row.report is not None and row.allocator is not None
+    predicted = row.allocator
+    assert predicted.max_allocated_bytes >= row.report.peak_bytes  # blocks, workspaces
+    assert predicted.max_reserved_bytes >= predicted.max_allocated_bytes
+    assert row.fits and predicted.margin_bytes == roomy.budget_bytes - predicted.max_reserved_bytes
+    header = estimate_table(result).splitlines()
+    columns = next(line for line in header if line.startswith("strategy")).split()
+    assert columns[columns.index("tensors") :][:3] == ["tensors", "allocated", "reserved"]
+    assert "H100" in estimate_table(result) and "quoted, not measured" in estimate_table(result)
+    # a budget of exactly the allocated peak holds the tensors but not the segments around them
+    tight = Card("tight", predicted.max_allocated_bytes + roomy.context_bytes, gpu="h100")
+    (tight_row,) = estimate(workload, [Strategy("none")], tight, search=False).rows
+    assert tight_row.report is not None and tight_row.report.peak_bytes <= tight.budget_bytes
+    assert not tight_row.fits and tight_row.allocator is not None
+    assert tight_row.allocator.margin_bytes is not None and tight_row.allocator.margin_bytes < 0
 
 
 def test_card_sizes():
     assert parse_bytes("24GB") == 24 * GiB == parse_bytes("24")
     assert parse_bytes("512MiB") == 512 * 2**20
     card = parse_card("80GB", "2GB")
-    assert card.budget_bytes == 78 * GiB
+    assert card.budget_bytes == 78 * GiB - card.context_bytes
+    assert parse_card("80GB").budget_bytes == 80 * GiB - card.context_bytes
     for bad in ("24XB", "-3GB"):
         with pytest.raises(ValueError):
             parse_bytes(bad)
-    with pytest.raises(ValueError, match="leaves nothing"):
+    with pytest.raises(ValueError, match="leave nothing"):
         parse_card("8GB", "8GB")
+    with pytest.raises(ValueError, match="--gpu must be one of"):
+        parse_card("8GB", gpu="v100")
+    hopper = parse_card("80GB", gpu="H100", expandable_segments=True)
+    assert hopper.workspace_bytes == 32 * 2**20 and hopper.expandable_segments
+    assert parse_card("80GB").workspace_bytes == 8 * 2**20 + 128 * 1024
 
 
 def test_command_prints_the_table(tiny_config, capsys):

@@ -10,6 +10,7 @@ import sys
 from typing import NoReturn
 
 from tutorial_utils.articles.profiles import PROFILES, get_profile
+from tutorial_utils.estimate.card import GPUS
 
 # VGG16 halves its input five times (max-pooling): below 32 px a feature map vanishes.
 MIN_VGG16_IMAGE_SIZE = 32
@@ -128,10 +129,23 @@ def add_estimate_parser(commands) -> None:
     )
     estimate.add_argument("--card", default="24GB", help="the GPU's memory, e.g. 24GB, 80GB")
     estimate.add_argument(
+        "--gpu",
+        default="any",
+        choices=tuple(GPUS),
+        help="the GPU model: its quoted CUDA context where one is quoted (else the figure quoted "
+        "for any GPU) and cuBLAS's workspace size (32 MiB on H100/H200)",
+    )
+    estimate.add_argument(
         "--reserve",
-        default="10%",
-        help="held back for the CUDA context, workspaces and the allocator: a share of the "
-        "card (10%%) or a size (1.5GB); an assumption, not measured",
+        default="0",
+        help="held back besides the CUDA context, for what runs outside PyTorch's allocator "
+        "(other processes, NCCL): a share of the card (10%%) or a size (1.5GB); default none. "
+        "Workspaces and the allocator's slack are in the replay, no longer in here",
+    )
+    estimate.add_argument(
+        "--expandable-segments",
+        action="store_true",
+        help="replay the allocator as PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True runs it",
     )
     estimate.add_argument("--no-search", action="store_true", help="skip the largest-fit search")
     estimate.add_argument(
@@ -203,7 +217,9 @@ def estimate_workload(args: argparse.Namespace):
 def run_estimate(args: argparse.Namespace) -> int:
     from tutorial_utils.estimate.card import parse_card
 
-    card = parse_card(args.card, args.reserve)  # bad sizes end here, before torch loads
+    card = parse_card(  # bad sizes end here, before torch loads
+        args.card, args.reserve, args.gpu, args.expandable_segments
+    )
     workload, strategies = estimate_workload(args)
     from tutorial_utils.estimate.estimator import estimate, search_largest
     from tutorial_utils.estimate.report import estimate_table

@@ -4,13 +4,17 @@
 optimizer, LoRA); ``estimate`` builds it on the meta device once and runs one dry-run step per
 checkpointing strategy (``measure_step``: exact tensor bytes by category, FLOPs counted), and
 ``largest_fit`` finds the longest sequence (a language model) or largest batch (a classifier)
-whose step fits a card, by dry runs. The figures are a dry run's: the tensors PyTorch would
-allocate, not what a GPU's allocator reserves around them, so a card's budget is its memory less
-a reserve (``Card``) for the CUDA context, kernels' workspaces and the allocator's slack.
+whose step fits a card, by dry runs. A dry run's figures are the tensors PyTorch would allocate;
+its allocations and frees, replayed in order through the emulated CUDA caching allocator
+(``measurement.allocator``, cuBLAS's workspaces included), give what ``max_memory_allocated`` and
+``max_memory_reserved`` would read, and whether the step runs in the card's memory less its CUDA
+context (``Card``), the allocator's free-and-retry included.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +34,7 @@ from tutorial_utils.estimate.models import (
     trainable_parameters,
 )
 from tutorial_utils.estimate.strategies import Strategy
+from tutorial_utils.measurement.allocator import AllocationLog, AllocatorPrediction, replay
 from tutorial_utils.measurement.autocast import POLICIES, EmulatedAutocast
 from tutorial_utils.measurement.step import StepReport, measure_step, next_token_loss
 from tutorial_utils.measurement.tracker import MemoryLimitExceeded
@@ -190,10 +195,12 @@ def train_step(
     autocast: EmulatedAutocast | None = None,
     round_to_blocks: bool = False,
     record_timeline: bool = False,
+    record_allocations: bool = False,
 ) -> StepReport:
     """One tracked training step of ``model`` (meta: a dry run; elsewhere: real) under
     ``strategy``, with the workload's optimizer and precision (``record_timeline``: live bytes
-    after every op, to compare two steps op by op)."""
+    after every op, to compare two steps op by op; ``record_allocations``: the allocation events,
+    for ``predict_allocator``)."""
     device = next(model.parameters()).device.type
     inputs, targets = batch_for(workload, model, device)
     autocast = autocast if autocast is not None else workload.autocast()
@@ -212,7 +219,25 @@ def train_step(
             autocast=autocast,
             round_to_blocks=round_to_blocks,
             record_timeline=record_timeline,
+            record_allocations=record_allocations,
         )
+
+
+def predict_allocator(log: AllocationLog, card: Card) -> AllocatorPrediction:
+    """The step replayed through the card's caching allocator (two steps: the second on the
+    first's cache). Where it runs out of memory, the peaks are those it would need (replayed
+    without a limit), so the margin says by how much it misses."""
+    replayed = functools.partial(
+        replay,
+        log,
+        expandable_segments=card.expandable_segments,
+        workspace_bytes=card.workspace_bytes,
+    )
+    bounded = replayed(capacity_bytes=card.budget_bytes)
+    if bounded.fits:
+        return bounded
+    needed = replayed()
+    return dataclasses.replace(needed, capacity_bytes=card.budget_bytes, out_of_memory=True)
 
 
 # -- every strategy ------------------------------------------------------------------------------
@@ -220,10 +245,12 @@ def train_step(
 
 @dataclass
 class StrategyEstimate:
-    """One strategy's dry run: peak by category, FLOPs, and whether it fits the card."""
+    """One strategy's dry run: peak by category, FLOPs, the allocator's predicted counters, and
+    whether it fits the card (by the allocator's replay)."""
 
     strategy: Strategy
     report: StepReport | None  # None for a GPU-only strategy (not measurable here)
+    allocator: AllocatorPrediction | None = None
     flops_ratio: float | None = None  # the step's FLOPs / those without checkpointing
     fits: bool | None = None
     largest: int | None = None  # longest sequence / largest batch that fits (None: not searched)
@@ -265,7 +292,9 @@ def estimate(
     model = model if model is not None else build_model(workload)
     result = Estimate(workload, card, describe_model(model), model=model)
     runnable = [strategy for strategy in strategies if not strategy.gpu_only]
-    outcomes = dict(zip(runnable, _run_strategies(model, workload, runnable, jobs), strict=True))
+    outcomes = dict(
+        zip(runnable, _run_strategies(model, workload, card, runnable, jobs), strict=True)
+    )
     for strategy in strategies:
         if strategy.gpu_only:
             result.rows.append(StrategyEstimate(strategy, None))
@@ -274,9 +303,8 @@ def estimate(
         if isinstance(outcome, str):  # why it could not run
             result.rows.append(StrategyEstimate(strategy, None, error=outcome))
         else:
-            report = outcome
-            fits = report.peak_bytes <= card.budget_bytes
-            result.rows.append(StrategyEstimate(strategy, report, fits=fits))
+            report, predicted = outcome
+            result.rows.append(StrategyEstimate(strategy, report, predicted, fits=predicted.fits))
     measured = [row for row in result.rows if row.report is not None]
     base = next((row for row in measured if row.strategy.kind == "none"), None)
     for row in measured:
@@ -294,41 +322,46 @@ def estimate(
     return result
 
 
-_FORKED: tuple[nn.Module, Workload] | None = None  # what forked workers dry-run
+_FORKED: tuple[nn.Module, Workload, Card] | None = None  # what forked workers dry-run
+Outcome = tuple[StepReport, AllocatorPrediction] | str
 
 
-def _outcome(model: nn.Module, workload: Workload, strategy: Strategy) -> StepReport | str:
-    """The strategy's dry run, or why it could not run (selective checkpointing around an
-    in-place op, say)."""
+def _outcome(model: nn.Module, workload: Workload, card: Card, strategy: Strategy) -> Outcome:
+    """The strategy's dry run and its replay through the card's allocator (the events are
+    dropped after it: they are many), or why it could not run (selective checkpointing around
+    an in-place op, say)."""
     try:
-        return train_step(model, workload, strategy)
+        report = train_step(model, workload, strategy, record_allocations=True)
     except RuntimeError as failure:
         return str(failure).splitlines()[0]
+    assert report.allocations is not None
+    predicted = predict_allocator(report.allocations, card)
+    return dataclasses.replace(report, allocations=None), predicted
 
 
-def _forked_outcome(strategy: Strategy) -> StepReport | str:
+def _forked_outcome(strategy: Strategy) -> Outcome:
     assert _FORKED is not None, "set by the parent before it forks"
-    model, workload = _FORKED
-    return _outcome(model, workload, strategy)
+    model, workload, card = _FORKED
+    return _outcome(model, workload, card, strategy)
 
 
 def _run_strategies(
-    model: nn.Module, workload: Workload, strategies: Sequence[Strategy], jobs: int
-) -> list[StepReport | str]:
+    model: nn.Module, workload: Workload, card: Card, strategies: Sequence[Strategy], jobs: int
+) -> list[Outcome]:
     import multiprocessing
     import sys
 
     if jobs < 2 or len(strategies) < 2 or sys.platform != "linux":
-        return [_outcome(model, workload, strategy) for strategy in strategies]
+        return [_outcome(model, workload, card, strategy) for strategy in strategies]
     global _FORKED
-    _FORKED = (model, workload)
+    _FORKED = (model, workload, card)
     try:
         with multiprocessing.get_context("fork").Pool(min(jobs, len(strategies))) as pool:
             outcomes = pool.map(_forked_outcome, strategies, chunksize=1)
     finally:
         _FORKED = None
     if any(isinstance(o, str) and "fork" in o for o in outcomes):  # autograd ran before: serial
-        return [_outcome(model, workload, strategy) for strategy in strategies]
+        return [_outcome(model, workload, card, strategy) for strategy in strategies]
     return outcomes
 
 
@@ -338,7 +371,8 @@ def search_largest(
     progress: Callable[[str], None] | None = None,
     max_size: int | None = None,
 ) -> Estimate:
-    """Fill in each measured strategy's largest size that fits the card (``largest_fit``)."""
+    """Fill in each measured strategy's largest size that fits the card (``largest_fit``, each
+    trial replayed through the card's allocator)."""
     started = time.perf_counter()
     assert result.model is not None, "estimate() keeps the model it dry-ran"
     for row in result.rows:
@@ -350,6 +384,7 @@ def search_largest(
                 result.card.budget_bytes,
                 progress=progress,
                 max_size=max_size,
+                card=result.card,
             )
     result.search_seconds = time.perf_counter() - started
     return result
@@ -363,13 +398,15 @@ def largest_fit(
     *,
     progress: Callable[[str], None] | None = None,
     max_size: int | None = None,
+    card: Card | None = None,
 ) -> tuple[int, int]:
     """(largest size that fits, dry runs it took): the longest sequence, in multiples of 256
     tokens, for a language model at the workload's batch; the largest batch for a classifier.
 
     Two dry runs predict a start (the peak grows about linearly in either), then
-    ``largest_fitting`` confirms by dry runs that stop as soon as they pass the budget: the
-    answer is measured; the line only saves trials."""
+    ``largest_fitting`` confirms by dry runs that stop as soon as their tensors pass the budget:
+    the answer is measured; the line only saves trials. With ``card`` a trial fits only when
+    its replay through the card's caching allocator runs too (``predict_allocator``)."""
     from tutorial_utils.measurement.batch_search import largest_fitting, start_on_line
 
     lm = workload.is_language_model
@@ -392,10 +429,16 @@ def largest_fit(
             what = f"{units * unit:,} tokens" if lm else f"batch {units}"
             progress(f"  {strategy.name}: trying {what}")
         try:
-            train_step(model, sized(units), strategy, limit_bytes=budget_bytes)
+            report = train_step(
+                model,
+                sized(units),
+                strategy,
+                limit_bytes=budget_bytes,
+                record_allocations=card is not None,
+            )
         except MemoryLimitExceeded:
             return False
-        return True
+        return card is None or _replay_fits(report, card)
 
     low, high = (train_step(model, sized(n), strategy).peak_bytes for n in (1, 2))
     if low > budget_bytes:
@@ -403,6 +446,11 @@ def largest_fit(
     start = start_on_line(low, high, budget_bytes)
     best = largest_fitting(fits, limit, start=min(start, limit))
     return best * unit, trials + 2
+
+
+def _replay_fits(report: StepReport, card: Card) -> bool:
+    assert report.allocations is not None
+    return predict_allocator(report.allocations, card).fits
 
 
 def summary_rows(result: Estimate) -> list[dict]:
@@ -413,6 +461,10 @@ def summary_rows(result: Estimate) -> list[dict]:
         if row.report is not None:
             entry.update({f"{k}_gib": v / GiB for k, v in row.report.breakdown.items()})
             entry["peak_gib"] = row.report.peak_bytes / GiB
+        if row.allocator is not None:
+            entry["allocated_gib"] = row.allocator.max_allocated_bytes / GiB
+            entry["reserved_gib"] = row.allocator.max_reserved_bytes / GiB
+            entry["margin_gib"] = (row.allocator.margin_bytes or 0) / GiB
         entry.update(
             fits=row.fits, flops_ratio=row.flops_ratio, largest=row.largest, trials=row.trials
         )

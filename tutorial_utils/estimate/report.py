@@ -1,4 +1,6 @@
-"""The estimate as text: what ran, the card's budget, and one row per strategy."""
+"""The estimate as text: what ran, the card's budget, and one row per strategy: the dry run's
+tensor bytes by category, then what the caching allocator would count (allocated, reserved) and
+whether the step runs in the card, with the margin left."""
 
 from __future__ import annotations
 
@@ -35,12 +37,19 @@ def estimate_table(result: Estimate) -> str:
     header = (
         f"{'strategy':<24}"
         + "".join(f" {CATEGORY_LABELS[c]:>11}" for c in CATEGORIES)
-        + f" {'peak GiB':>9} {'FLOPs vs none':>13} {'fits':>5} {largest:>17}"
+        + f" {'tensors':>8} {'allocated':>9} {'reserved':>8} {'FLOPs vs none':>13}"
+        + f" {'fits':>4} {'margin':>7} {largest:>17}"
     )
     lines = [
         result.model_description,
         describe_workload(result),
-        f"{DRY_RUN_LABEL}; peak by category in GiB (2**30 bytes) at the step's peak",
+        f"{DRY_RUN_LABEL}; GiB (2**30 bytes); by category at the step's tensor peak",
+        "allocated, reserved: predicted torch.cuda.max_memory_allocated and max_memory_reserved: "
+        "the dry run's allocations replayed",
+        "through the emulated CUDA caching allocator (two steps, cuBLAS workspaces included); "
+        "fits: the replay runs in the card,",
+        "free-and-retry included; margin: the allocator's budget less the reserved peak "
+        "(negative: what is missing)",
         result.card.describe(),
         "",
         header,
@@ -57,9 +66,19 @@ def estimate_table(result: Estimate) -> str:
             fit = f"{row.largest:,} tokens" if row.largest else "none fits"
         else:
             fit = f"batch {row.largest:,}" if row.largest else "none fits"
+        allocator = row.allocator
+        if allocator is None:
+            predicted = f" {'-':>9} {'-':>8}"
+            margin = "-"
+        else:
+            predicted = (
+                f" {allocator.max_allocated_bytes / GiB:>9,.2f}"
+                f" {allocator.max_reserved_bytes / GiB:>8,.2f}"
+            )
+            margin = f"{(allocator.margin_bytes or 0) / GiB:+,.2f}"
         lines.append(
-            f"{row.strategy.name:<24}{cells} {row.report.peak_bytes / GiB:>9,.2f} "
-            f"{flops:>13} {'yes' if row.fits else 'no':>5} {fit:>17}"
+            f"{row.strategy.name:<24}{cells} {row.report.peak_bytes / GiB:>8,.2f}{predicted} "
+            f"{flops:>13} {'yes' if row.fits else 'no':>4} {margin:>7} {fit:>17}"
         )
     timing = f"dry runs of the strategies: {result.seconds:.1f} s"
     if result.search_seconds is not None:

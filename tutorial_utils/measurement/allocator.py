@@ -274,7 +274,8 @@ class CachingAllocator:
         for block in self._unmapped[small].blocks():
             if block.prev is not None and not block.prev.allocated:
                 block = block.prev
-            room, walk = 0, block
+            room = 0
+            walk: Block | None = block
             while walk is not None and not walk.allocated and room < size:
                 room += walk.size
                 walk = walk.next

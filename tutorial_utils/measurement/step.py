@@ -23,6 +23,7 @@ import torch
 import torch.nn as nn
 
 from tutorial_utils.checkpointing.segments import Segments, forward_segments
+from tutorial_utils.measurement.allocator import AllocationLog
 from tutorial_utils.measurement.autocast import EmulatedAutocast, forward_autocast, step_kernels
 from tutorial_utils.measurement.devices import synchronize
 from tutorial_utils.measurement.flops import StepFlopCounter, StepFlops
@@ -81,6 +82,7 @@ class StepReport:
     mps_allocated: int | None = None  # torch.mps.current_allocated_memory() after the step
     mps_driver_allocated: int | None = None  # torch.mps.driver_allocated_memory() after the step
     mps_reason: str | None = None  # why the MPS readings are None
+    allocations: AllocationLog | None = None  # allocations and frees in order, when recorded
 
     @property
     def dry_run(self) -> bool:
@@ -245,6 +247,7 @@ def measure_step(
     record_timeline: bool = False,
     count_flops: bool | None = None,
     autocast: EmulatedAutocast | None = None,
+    record_allocations: bool = False,
 ) -> StepReport:
     """Memory and time of one training step (forward, loss, backward, optimizer step).
 
@@ -268,7 +271,8 @@ def measure_step(
     FLOPs of each phase are counted instead (``count_flops`` defaults to True there only), and
     attention runs the kernel a CPU step would (``meta_attention.dry_run_context``).
     ``round_to_blocks`` counts storages in CUDA's 512-byte blocks; ``record_timeline`` keeps the
-    op-by-op timeline with bytes per category. ``autocast`` runs the forward and the loss under
+    op-by-op timeline with bytes per category; ``record_allocations`` the allocation events a
+    CUDA caching allocator would see (``measurement.allocator.replay``). ``autocast`` runs the forward and the loss under
     mixed precision: the real ``torch.autocast`` on a device, its emulation on meta
     (``measurement.autocast``).
     """
@@ -308,6 +312,7 @@ def measure_step(
         limit_bytes=limit_bytes,
         round_to_blocks=round_to_blocks,
         record_timeline=record_timeline,
+        record_allocations=record_allocations,
     )
     counter = StepFlopCounter() if count_flops else None
     try:
@@ -352,6 +357,7 @@ def measure_step(
         mps_allocated=mps.allocated,
         mps_driver_allocated=mps.driver_allocated,
         mps_reason=mps.reason,
+        allocations=tracker.allocations,
     )
 
 

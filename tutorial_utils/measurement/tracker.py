@@ -12,8 +12,10 @@ a step there is a **dry run**: the exact tensor bytes of a step of any size, in 
 and without the memory, but no time.
 
 What it cannot see: scratch memory a kernel allocates internally and frees before returning
-(im2col buffers, cuDNN/cuBLAS workspaces). On CUDA those are in ``max_memory_allocated`` but not
-here; ``scripts/gpu_check.py`` measures the difference.
+(im2col buffers, cuDNN workspaces). On CUDA those are in ``max_memory_allocated`` but not
+here; ``scripts/gpu_check.py`` measures the difference. cuBLAS's workspace, taken once per thread
+and kept, is marked in the allocation events (``record_allocations``), which
+``measurement.allocator`` replays through the CUDA caching allocator's rules.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import torch.nn as nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from tutorial_utils.measurement.allocator import AllocationEvent, AllocationLog
 from tutorial_utils.measurement.phases import Phase, current_phase
 from tutorial_utils.units import MB
 
@@ -50,6 +53,19 @@ StorageKind = Literal["state", "grad", ""]
 # The CUDA caching allocator hands out blocks in multiples of 512 bytes, and
 # ``max_memory_allocated`` counts those block sizes.
 CUDA_BLOCK_BYTES = 512
+
+# Ops that run through cuBLAS on CUDA: the first in a thread takes that thread's workspace.
+_aten = torch.ops.aten
+CUBLAS_OPS = frozenset(
+    {
+        _aten.mm.default,
+        _aten.addmm.default,
+        _aten.bmm.default,
+        _aten.baddbmm.default,
+        _aten.addbmm.default,
+        _aten._addmm_activation.default,
+    }
+)
 
 
 class TimelineEvent(NamedTuple):
@@ -143,6 +159,9 @@ class TensorMemoryTracker(TorchDispatchMode):
     ``limit_bytes`` stops the step with ``MemoryLimitExceeded`` as soon as the live bytes exceed
     it, so a search over batch sizes never holds much more than its budget in real memory.
     ``round_to_blocks`` counts every storage in 512-byte blocks, as CUDA's allocator does.
+    ``record_allocations`` keeps ``allocations``: every storage's allocation and free in order,
+    and each thread's first cuBLAS op (forward and optimizer on the calling thread, backward and
+    recomputation on autograd's, as on CUDA), for ``measurement.allocator.replay``.
 
     Each op is sorted into a phase (``phases.current_phase``); ``phase_peak_bytes`` is the peak
     within each phase. With ``record_timeline`` every op is logged, and after exit
@@ -159,6 +178,7 @@ class TensorMemoryTracker(TorchDispatchMode):
         record_timeline: bool = False,
         limit_bytes: int | None = None,
         round_to_blocks: bool = False,
+        record_allocations: bool = False,
     ):
         super().__init__()
         self.model = model
@@ -168,6 +188,8 @@ class TensorMemoryTracker(TorchDispatchMode):
         self.record_timeline = record_timeline
         self.limit_bytes = limit_bytes
         self.round_to_blocks = round_to_blocks
+        self.allocations: AllocationLog | None = AllocationLog() if record_allocations else None
+        self._cublas_threads: set[int] = set()
         self.timeline: list[TimelineEvent] = []
         self.category_timeline: list[dict[str, int]] = []
         self.phase_peak_bytes: dict[str, int] = {}
@@ -218,6 +240,8 @@ class TensorMemoryTracker(TorchDispatchMode):
             entry = _Storage(next(self._serials), nbytes, ref, born=len(self._others_log))
             self._live[key] = entry
             self.current_bytes += nbytes
+            if self.allocations is not None:
+                self.allocations.events.append(AllocationEvent("malloc", entry.serial, nbytes))
             return entry.serial
 
     def _on_free(self, key: int, _ref: object = None) -> None:
@@ -227,6 +251,8 @@ class TensorMemoryTracker(TorchDispatchMode):
             if entry is None or not self._active:
                 return
             self.current_bytes -= entry.nbytes
+            if self.allocations is not None:
+                self.allocations.events.append(AllocationEvent("free", entry.serial))
             if self.record_timeline:
                 self._lives.append((entry.serial, entry.born, len(self._others_log), entry.nbytes))
             if entry.kind == "state":
@@ -248,6 +274,11 @@ class TensorMemoryTracker(TorchDispatchMode):
                 self._lives.append((entry.serial, entry.born, now, entry.nbytes))
                 entry.born = now
             self.current_bytes += nbytes - entry.nbytes
+            if self.allocations is not None:  # a resize is a new block for the allocator
+                self.allocations.events += [
+                    AllocationEvent("free", entry.serial),
+                    AllocationEvent("malloc", entry.serial, nbytes),
+                ]
             if entry.kind == "state":
                 self._state_bytes += nbytes - entry.nbytes
             entry.nbytes = nbytes
@@ -287,6 +318,14 @@ class TensorMemoryTracker(TorchDispatchMode):
             self.peak_bytes = self.current_bytes
             self._live_at_peak = {entry.serial: entry.nbytes for entry in self._live.values()}
 
+    def _note_cublas(self, phase: Phase) -> None:
+        """The first cuBLAS op of a thread takes its workspace (after the op's output)."""
+        thread = 1 if phase in ("backward", "recompute") else 0
+        if thread not in self._cublas_threads:
+            self._cublas_threads.add(thread)
+            assert self.allocations is not None
+            self.allocations.events.append(AllocationEvent("workspace", thread))
+
     def _check_limit(self) -> None:
         if self.limit_bytes is not None and self.current_bytes > self.limit_bytes:
             raise MemoryLimitExceeded(self.current_bytes, self.limit_bytes)
@@ -316,6 +355,8 @@ class TensorMemoryTracker(TorchDispatchMode):
                 if isinstance(p, nn.Parameter) and p.requires_grad
             ]
             self.baseline_bytes = self.current_bytes
+            if self.allocations is not None:
+                self.allocations.baseline_events = len(self.allocations.events)
             self._others_log.append(self.current_bytes - self._state_bytes)
             self.peak_bytes = self.current_bytes
             self._live_at_peak = {entry.serial: entry.nbytes for entry in self._live.values()}
@@ -355,6 +396,8 @@ class TensorMemoryTracker(TorchDispatchMode):
                     self._refresh(storage)
                 else:
                     self._register(storage)
+            if self.allocations is not None and func in CUBLAS_OPS:
+                self._note_cublas(phase)
             self._after_op(phase)
             if self.record_timeline:
                 elapsed = time.perf_counter() - self._started
