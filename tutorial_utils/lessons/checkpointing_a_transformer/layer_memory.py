@@ -69,12 +69,13 @@ def block_saved_bytes(model: CausalLM, batch: int, sequence: int) -> dict[str, i
 def layer_formula_table(
     model: CausalLM, batch: int, sequence: int, *, element_bytes: int, dropout: bool
 ) -> str:
-    """One block's saved bytes: measured (dry run), the paper's eq. (1), and the derivation
-    redone with this model's dtype, dropout and attention kernel."""
+    """One block's saved bytes: counted in a dry run (a prediction, not a measurement), the
+    paper's eq. (1), and the derivation redone with this model's dtype, dropout and attention
+    kernel."""
     saved = block_saved_bytes(model, batch, sequence)
     config = model.config
     hidden, heads = config.hidden_size, config.num_attention_heads
-    measured = saved["block 0"]
+    counted = saved["block 0"]
     paper = korthikanti_layer_bytes(sequence, batch, hidden, heads)
     fused = not dropout  # SDPA on a CPU: the flash kernel without dropout, math with it
     adapted = korthikanti_layer_bytes(
@@ -91,7 +92,7 @@ def layer_formula_table(
         f"{'dropout' if dropout else 'no dropout'}, {'no ' if fused else ''}s x s matrix"
     )
     figures = {
-        "measured (dry run, saved-tensor hooks, block 0)": measured,
+        "dry run (saved-tensor hooks, block 0)": counted,
         "Korthikanti eq. (1): sbh(34 + 5as/h), 16-bit, dropout": paper,
         adapted_label: adapted,
     }
@@ -101,9 +102,9 @@ def layer_formula_table(
         f"one decoder block, batch {batch}, sequence {sequence}, hidden {hidden}, {heads} heads:"
     ]
     lines += [f"  {label:<{width}}  {value / MB:>9,.1f} MiB" for label, value in figures.items()]
-    lines.append(f"  measured / same derivation: {measured / adapted:.2f}")
+    lines.append(f"  dry run / same derivation: {counted / adapted:.2f}")
     lines.append(
-        f"  all {len(decoder_blocks(model))} blocks (measured): {in_blocks / MB:,.1f} MiB; outside "
+        f"  all {len(decoder_blocks(model))} blocks (dry run): {in_blocks / MB:,.1f} MiB; outside "
         f"the blocks (embeddings, head, loss): {saved[OUTSIDE] / MB:,.1f} MiB"
     )
     return "\n".join(lines)
