@@ -27,20 +27,21 @@ def result(tmp_path_factory):
         )
     )
     workload = Workload(f"hf:{config}", batch=2, size=128, precision="amp-bf16", lora_rank=4)
-    return estimate(workload, DEFAULT_STRATEGIES, parse_card("0.05GB", "10%"), search=False)
+    return estimate(workload, DEFAULT_STRATEGIES, parse_card("1GB", "10%"), search=False)
 
 
 def test_chart_draws_every_measured_strategy_against_the_card(result):
     figure = plot_estimate(result, highlight="every block")
     (axes,) = figure.axes
     labels = [label.get_text() for label in axes.get_yticklabels()]
-    assert labels == ["none", "every block", "every 2nd block", "selective: save matmuls"]
+    assert labels == ["none", "every block", "every 2nd block", "selective: matmuls+convs"]
     bold = [
         label.get_text() for label in axes.get_yticklabels() if label.get_fontweight() == "bold"
     ]
     assert bold == ["every block"]
     card_lines = sorted(line.get_xdata()[0] for line in axes.get_lines())
-    assert card_lines == pytest.approx([0.045, 0.05])
+    card = result.card
+    assert card_lines == pytest.approx([card.budget_bytes / 2**30, card.total_bytes / 2**30])
     assert figure_problems(figure) == []
 
 
@@ -59,3 +60,20 @@ def test_sizes_for_takes_a_profile_or_its_name():
     assert sizes_for(PROFILES["cpu"]) == sizes_for("cpu")
     with pytest.raises(ValueError, match="no notebook-07 sizes"):
         sizes_for("laptop")
+
+
+def test_the_selective_label_says_what_its_policy_saves():
+    """'matmuls+convs': the policy keeps convolutions' and matrix products' outputs (a ResNet
+    block's and a transformer block's) and recomputes the rest, BatchNorm and ReLU included."""
+    import torch
+
+    from tutorial_utils.estimate.strategies import Strategy
+
+    selective = Strategy("selective")
+    policy = selective.checkpoint_kwargs(autocast=None)["context_fn"].args[0]
+    aten = torch.ops.aten
+    kept = (aten.convolution.default, aten.mm.default, aten.addmm.default, aten.bmm.default)
+    recomputed = (aten.native_batch_norm.default, aten.relu.default)
+    assert all(policy(None, op).name == "MUST_SAVE" for op in kept)
+    assert all(policy(None, op).name == "PREFER_RECOMPUTE" for op in recomputed)
+    assert selective.name == "selective: matmuls+convs"

@@ -5,7 +5,9 @@ before transformers 5.23 ``gradient_checkpointing_enable``: ``checkpointing.tran
 with ``use_reentrant=False``; a torchvision model by wrapping its repeated blocks in
 ``torch.utils.checkpoint.checkpoint`` (``checkpointing.blocks.checkpointed_blocks``). Both take
 the same settings: every block, every n-th block, or selective checkpointing that saves the
-matrix products (and convolutions) and recomputes the rest. Offloading is a GPU-only strategy:
+outputs of the matrix products and convolutions and recomputes the rest (norms, activations,
+pooling, attention kernels). One policy for both kinds, so that its label says what it saves: a
+transformer block runs no convolution, a ResNet block both. Offloading is a GPU-only strategy:
 on a CPU or in a dry run the saved tensors are in host memory already, so it is listed and
 labelled, never measured here.
 """
@@ -20,11 +22,7 @@ from typing import Any, cast
 import torch.nn as nn
 
 from tutorial_utils.checkpointing.blocks import checkpointed_blocks
-from tutorial_utils.checkpointing.selective import (
-    EXPENSIVE_OPS,
-    MATRIX_PRODUCT_OPS,
-    selective_context_fn,
-)
+from tutorial_utils.checkpointing.selective import EXPENSIVE_OPS, selective_context_fn
 from tutorial_utils.checkpointing.transformers_api import (
     disable_checkpointing,
     enable_checkpointing,
@@ -55,7 +53,7 @@ class Strategy:
             "none": "none",
             "every-block": "every block",
             "every-n": f"every {self.every}th block" if self.every != 2 else "every 2nd block",
-            "selective": "selective: save matmuls",
+            "selective": "selective: matmuls+convs",  # what the policy saves
             "offload": "every block, offloaded",
         }[self.kind]
 
@@ -63,14 +61,12 @@ class Strategy:
     def gpu_only(self) -> bool:
         return self.kind == "offload"
 
-    def checkpoint_kwargs(self, model: nn.Module, autocast: EmulatedAutocast | None) -> dict:
+    def checkpoint_kwargs(self, autocast: EmulatedAutocast | None) -> dict:
         """What goes to ``torch.utils.checkpoint.checkpoint`` for this strategy."""
         kwargs: dict = {"use_reentrant": False}
         inner = None
         if self.kind == "selective":
-            inner = selective_context_fn(
-                MATRIX_PRODUCT_OPS if hasattr(model, "config") else EXPENSIVE_OPS
-            )
+            inner = selective_context_fn(EXPENSIVE_OPS)
         if autocast is not None:  # recomputation re-enters autocast, as on a real device
             kwargs["context_fn"] = autocast.checkpoint_context_fn(inner)
         elif inner is not None:
@@ -91,7 +87,7 @@ class Strategy:
             yield model
             return
         base: Any = cast(Any, model).get_base_model() if hasattr(model, "get_base_model") else model
-        kwargs = self.checkpoint_kwargs(base, autocast)
+        kwargs = self.checkpoint_kwargs(autocast)
         if hasattr(base, "supports_gradient_checkpointing"):  # a transformers model
             enable_checkpointing(base, kwargs, every_n_layers=self.every, offload=self.gpu_only)
             try:

@@ -53,7 +53,7 @@ class Sizes:
 
 SIZES = {
     "ci": Sizes("gpt2", 512, 8, "resnet18", 64, 8, 1024, "gpt2", 256),
-    "cpu": Sizes("llama-3.2-1b", 2048, 16, "resnet50", 224, 32, 32768, "gpt2", 512),
+    "cpu": Sizes("llama-3.1-8b", 4096, 16, "resnet50", 224, 32, 32768, "gpt2", 512),
     "gpu": Sizes("llama-3.1-8b", 4096, 16, "resnet50", 224, 64, 131072, "llama-3.2-1b", 1024),
     "article": Sizes("llama-3.1-8b", 4096, 16, "resnet50", 224, 64, 131072, "llama-3.2-1b", 1024),
 }
@@ -90,7 +90,7 @@ def plot_estimate(result: Estimate, highlight: str | None = None) -> Figure:
     card = result.card
     ax.axvline(card.total_bytes / GiB, color="black", linewidth=1.5, label=f"card {card.name}")
     ax.axvline(
-        card.budget_bytes / GiB, color="black", linestyle="--", linewidth=1, label="card - reserve"
+        card.budget_bytes / GiB, color="black", linestyle="--", linewidth=1, label="card's budget"
     )
     for index, name in enumerate(names):
         if name == highlight:
