@@ -345,6 +345,22 @@ def test_bad_input_is_one_line_and_exit_2(arguments, message, capsys):
     assert message in err[-1] and not any("Traceback" in line for line in err)
 
 
+def test_a_hub_model_offline_fails_in_seconds(monkeypatch, capsys):
+    """The Hub unreachable (an endpoint whose name does not resolve): one line, no retries."""
+    import time
+
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "ENDPOINT", "https://hub.invalid")
+    monkeypatch.delenv("HTTPS_PROXY", raising=False)
+    monkeypatch.delenv("https_proxy", raising=False)
+    started = time.perf_counter()
+    status = main(["estimate", "--hf-model", "nobody/no-such-model", "--no-search"])
+    assert time.perf_counter() - started < 10
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and "the Hub cannot be reached" in err[-1] and "--hf-config" in err[-1]
+
+
 def test_a_config_that_is_not_a_causal_lm(tmp_path, capsys):
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"model_type": "vit"}))

@@ -125,15 +125,51 @@ def config_from_file(path: str | Path):
     return _config_from_dict(fields)
 
 
+HUB_PROBE_TIMEOUT_S = 3.0
+
+
+def hub_reachable(timeout_s: float = HUB_PROBE_TIMEOUT_S) -> bool:
+    """Whether a TCP connection to the Hub (or the HTTPS proxy in the environment) opens within
+    ``timeout_s``, name resolution included (in a thread: it has no timeout of its own).
+
+    Why: offline, the Hub client retries for about half a minute before it gives up."""
+    import socket
+    import threading
+    from urllib.parse import urlparse
+    from urllib.request import getproxies
+
+    from huggingface_hub import constants
+
+    target = urlparse(getproxies().get("https") or constants.ENDPOINT)
+    host, port = target.hostname, target.port or (443 if target.scheme == "https" else 80)
+    outcome: list[bool] = []
+
+    def probe() -> None:
+        try:
+            with socket.create_connection((host, port), timeout=timeout_s):
+                outcome.append(True)
+        except OSError:
+            outcome.append(False)
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    return bool(outcome) and outcome[0]
+
+
 def config_from_hub(model_id: str):
-    """``AutoConfig.from_pretrained(model_id)``: the config only, fetched from the Hub."""
+    """``AutoConfig.from_pretrained(model_id)``: the config only, fetched from the Hub, or read
+    from the local Hub cache alone when the Hub cannot be reached (a one-line error in seconds
+    if it is not there either)."""
     from transformers import AutoConfig
 
+    online = hub_reachable()
     try:
-        return AutoConfig.from_pretrained(model_id)
+        return AutoConfig.from_pretrained(model_id, local_files_only=not online)
     except (OSError, ValueError) as error:
+        reason = str(error).splitlines()[0][:120] if online else "the Hub cannot be reached"
         raise ValueError(
-            f"could not fetch the config of {model_id!r} ({str(error).splitlines()[0][:120]}); "
+            f"could not fetch the config of {model_id!r} ({reason}); "
             "offline? download its config.json and pass --hf-config PATH"
         ) from None
 
