@@ -1,11 +1,13 @@
-"""Notebook 06: a ``transformers`` model checkpointed the ways people do it today.
+"""Notebook 06's Going deeper: a ``transformers`` model at full size, predicted by dry runs.
 
-Models are built from configs with random weights (nothing is downloaded), at full size on the meta
-device (dry runs: exact tensor bytes and FLOPs, no time) and at a small size on the CPU (real
-steps: time). One module per job: ``models``, ``strategies`` (each a setting of
-``activation_checkpointing_enable``, one step under each, their tables), ``explorer`` (the
-Pareto plot and sliders), ``layer_memory`` (one block against Korthikanti et al.'s formula, the
-attention kernel check), ``pitfalls`` and ``reach`` (the longest sequence on a card); the
+The notebook's core (the Trainer flag, the model's method, LoRA, the reentrant pitfall, the
+timings) is written in its copy cells with ``tutorial_utils.tools`` alone. What is here serves the
+rest: models built from configs with random weights (nothing is downloaded), at full size on the
+meta device (dry runs: exact tensor bytes and FLOPs, no time: predictions, not measurements). One
+module per job: ``models``, ``strategies`` (each a setting of ``activation_checkpointing_enable``,
+one step under each, their tables), ``layer_memory`` (one block against Korthikanti et al.'s
+formula, the attention kernel check against a real CPU step), ``pitfalls`` (what the installed
+``transformers`` says and defaults to) and ``reach`` (the longest sequence on a card); the
 notebook imports every name from here."""
 
 from tutorial_utils.estimate.models import (
@@ -15,11 +17,6 @@ from tutorial_utils.estimate.models import (
     decoder_blocks,
     describe_model,
     trainable_parameters,
-)
-from tutorial_utils.lessons.checkpointing_a_transformer.explorer import (
-    KIND_STYLES,
-    StrategyExplorer,
-    plot_strategies,
 )
 from tutorial_utils.lessons.checkpointing_a_transformer.layer_memory import (
     attention_paths,
@@ -38,11 +35,8 @@ from tutorial_utils.lessons.checkpointing_a_transformer.models import (
     small_llama_config,
 )
 from tutorial_utils.lessons.checkpointing_a_transformer.pitfalls import (
-    GradientCheck,
     checkpointing_messages,
     default_use_reentrant,
-    lora_pitfall,
-    pitfall_table,
     versions,
 )
 from tutorial_utils.lessons.checkpointing_a_transformer.reach import (
@@ -54,12 +48,9 @@ from tutorial_utils.lessons.checkpointing_a_transformer.reach import (
 from tutorial_utils.lessons.checkpointing_a_transformer.strategies import (
     DRY_COLUMNS,
     OFFLOAD_NOTE,
-    REAL_COLUMNS,
     TransformerStrategy,
-    activation_peak_and_gradients,
     breakdown_table,
     lm_step,
-    real_against_dry_run_table,
     rows_table,
     strategy_menu,
     strategy_rows,
@@ -70,15 +61,10 @@ __all__ = [
     "ATTENTION",
     "DRY_COLUMNS",
     "Fit",
-    "GradientCheck",
-    "KIND_STYLES",
     "OFFLOAD_NOTE",
-    "REAL_COLUMNS",
     "SIZES",
     "Sizes",
-    "StrategyExplorer",
     "TransformerStrategy",
-    "activation_peak_and_gradients",
     "adamw",
     "add_lora",
     "attention_paths",
@@ -97,10 +83,6 @@ __all__ = [
     "llama_1b_config",
     "lm_step",
     "longest_sequences",
-    "lora_pitfall",
-    "pitfall_table",
-    "plot_strategies",
-    "real_against_dry_run_table",
     "rows_table",
     "sizes_for",
     "small_gpt2_config",

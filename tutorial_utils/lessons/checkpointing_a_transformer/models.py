@@ -4,7 +4,7 @@ checkpointing wraps come from ``estimate.models``, which notebook 07 uses for yo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TypeAlias
 
 import torch
@@ -24,34 +24,28 @@ CausalLM: TypeAlias = PreTrainedModel | PeftModel
 
 @dataclass(frozen=True)
 class Sizes:
-    """What runs for real on this machine; dry runs are at full size in every profile."""
+    """What a profile runs beyond the core (whose copy cells size by device)."""
 
-    small_layers: int  # the small Llama of the real steps
-    small_hidden: int
-    small_batch: int
-    small_sequence: int
-    repeats: int  # timed steps per strategy (the fastest is reported)
     fit_strategies: tuple[str, ...]  # strategies searched for the longest sequence (all: ())
 
 
 SIZES = {
-    "ci": Sizes(2, 128, 2, 128, 1, ("none", "every block (default)")),
-    "cpu": Sizes(4, 256, 2, 256, 7, ()),
-    "gpu": Sizes(8, 512, 8, 1024, 7, ()),
-    "article": Sizes(8, 512, 8, 1024, 7, ()),
+    "ci": Sizes(("none", "every block (default)")),
+    "cpu": Sizes(()),
+    "gpu": Sizes(()),
+    "article": Sizes(()),
 }
 
 
 def sizes_for(profile: Profile) -> Sizes:
-    """This notebook's sizes for a profile; ``TUTORIAL_STEPS`` caps the timed repeats."""
+    """This notebook's sizes for a profile."""
     try:
-        sizes = SIZES[profile.name]
+        return SIZES[profile.name]
     except KeyError:
         raise ValueError(
             f"no notebook-06 sizes for profile {profile.name!r}: add it to SIZES "
             f"(known: {', '.join(SIZES)})"
         ) from None
-    return replace(sizes, repeats=profile.capped(sizes.repeats) or sizes.repeats)
 
 
 # -- the models ----------------------------------------------------------------------------------

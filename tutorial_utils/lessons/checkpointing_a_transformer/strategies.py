@@ -1,15 +1,14 @@
 """The ways to checkpoint a ``transformers`` model (each a call of
-``activation_checkpointing_enable``), one training step under each, and their tables."""
+``activation_checkpointing_enable``), one training step under each (a dry run at full size, or
+a real step to check it against), and their tables."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import torch
-import torch.nn as nn
 
 from tutorial_utils.checkpointing.selective import (
     ATTENTION_OPS,
@@ -25,10 +24,8 @@ from tutorial_utils.lessons.checkpointing_a_transformer.models import (
     CausalLM,
     adamw,
 )
-from tutorial_utils.measurement.gradients import named_gradients
 from tutorial_utils.measurement.step import StepReport, measure_step, next_token_loss
-from tutorial_utils.measurement.timing import Timing, time_interleaved, time_verdict
-from tutorial_utils.measurement.tracker import CATEGORIES, TensorMemoryTracker
+from tutorial_utils.measurement.tracker import CATEGORIES
 from tutorial_utils.units import MB, ratio
 
 # -- the strategies ------------------------------------------------------------------------------
@@ -120,13 +117,10 @@ def lm_step(
     batch: int,
     sequence: int,
     *,
-    repeats: int = 1,
-    timed: bool = True,
     limit_bytes: int | None = None,
-    record_timeline: bool = False,
 ) -> StepReport:
-    """One AdamW training step of ``model`` under ``strategy``: a dry run on meta, else real
-    (``timed``: the fastest of ``repeats`` untracked steps, after a warm-up)."""
+    """One AdamW training step of ``model`` under ``strategy``, tracked: a dry run on meta, else
+    a real step (untimed: the notebook times real steps with ``tools.time_turns``)."""
     device = next(model.parameters()).device.type
     ids = token_batch(batch, sequence, device, model.config.vocab_size)
     strategy.apply(model)
@@ -138,51 +132,18 @@ def lm_step(
         adamw(model.parameters()),
         next_token_loss,
         device,
-        repeats=repeats,
-        time_step=timed and device != "meta" and limit_bytes is None,
+        time_step=False,
         limit_bytes=limit_bytes,
-        record_timeline=record_timeline,
     )
 
 
 def strategy_rows(
-    model: CausalLM,
-    menu: Sequence[TransformerStrategy],
-    batch: int,
-    sequence: int,
-    *,
-    repeats: int = 1,
+    model: CausalLM, menu: Sequence[TransformerStrategy], batch: int, sequence: int
 ) -> list[dict]:
-    """One ``lm_step`` per strategy, as rows; ratios to the first (which should be "none").
-
-    On a real device the memory comes from one tracked step each, and the time from ``repeats``
-    rounds that alternate the strategies, one timed step each (after a warm-up), so that a shared
-    machine's changing load falls on all of them; the fastest of each is reported.
-    """
-    reports = [lm_step(model, strategy, batch, sequence, timed=False) for strategy in menu]
-    device = next(model.parameters()).device.type
-    timings: list[Timing | None] = [None] * len(menu)
-    if device != "meta":
-        ids = token_batch(batch, sequence, device, model.config.vocab_size)
-        steps, switches = {}, {}
-        for index, strategy in enumerate(menu):
-            optimizer = adamw(model.parameters())
-
-            def step(optimizer=optimizer) -> None:
-                optimizer.zero_grad(set_to_none=True)
-                next_token_loss(model(ids), ids).backward()
-                optimizer.step()
-
-            switches[index] = partial(strategy.apply, model)  # untimed, before each turn
-            switches[index]()
-            step()  # warm-up: creates AdamW's state
-            steps[index] = step
-        sync = torch.cuda.synchronize if device == "cuda" else lambda: None
-        measured = time_interleaved(steps, repeats, sync, setups=switches)
-        model.zero_grad(set_to_none=True)
-        timings = [measured[index] for index in range(len(menu))]
+    """One ``lm_step`` per strategy, as rows; ratios to the first (which should be "none")."""
     rows: list[dict[str, Any]] = []
-    for strategy, report, timing in zip(menu, reports, timings, strict=True):
+    for strategy in menu:
+        report = lm_step(model, strategy, batch, sequence)
         rows.append(
             {
                 "checkpointing": strategy.name,
@@ -190,8 +151,6 @@ def strategy_rows(
                 "tracked_peak_mb": report.peak_mb,
                 "activations_mb": report.breakdown["activations"] / MB,
                 "activation_peak_mb": report.activation_peak_mb,
-                "step_seconds": None if timing is None else timing.fastest,
-                "step_timing": timing,
                 "recompute_gflop": None if report.flops is None else report.flops.recompute / 1e9,
                 "step_gflop": None if report.flops is None else report.flops.total / 1e9,
                 "source": report.source,
@@ -201,7 +160,6 @@ def strategy_rows(
     base = rows[0]
     for row in rows:
         row["peak_ratio"] = row["tracked_peak_mb"] / base["tracked_peak_mb"]
-        row["time_ratio"] = ratio(row["step_seconds"], base["step_seconds"])
         row["flops_ratio"] = ratio(row["step_gflop"], base["step_gflop"])
     return rows
 
@@ -213,14 +171,6 @@ DRY_COLUMNS = (
     ("peak_ratio", "peak vs none", "{:.2f}"),
     ("recompute_gflop", "recompute GFLOP", "{:,.0f}"),
     ("flops_ratio", "FLOPs vs none", "{:.2f}"),
-)
-REAL_COLUMNS = (
-    ("checkpointing", "strategy", "{}"),
-    ("tracked_peak_mb", "peak MiB", "{:,.1f}"),
-    ("activation_peak_mb", "activations MiB", "{:,.1f}"),
-    ("peak_ratio", "peak vs none", "{:.2f}"),
-    ("step_seconds", "step s", "{:.3f}"),
-    ("time_ratio", "time vs none", "{:.2f}"),
 )
 
 
@@ -240,47 +190,5 @@ def breakdown_table(reports: dict[str, StepReport]) -> str:
 
 
 def rows_table(rows: Sequence[dict]) -> str:
-    """Rows as an aligned table headed by how they were obtained (FLOPs for dry runs, seconds
-    for real steps)."""
-    columns = DRY_COLUMNS if rows[0]["step_seconds"] is None else REAL_COLUMNS
-    return rows[0]["source"] + "\n" + columns_table(rows, columns)
-
-
-def real_against_dry_run_table(real_rows: Sequence[dict], dry_rows: Mapping[str, dict]) -> str:
-    """Each real step's time against the first strategy's, read against the repeats' noise and
-    the dry run's FLOP ratio, and how far its tracked peak is from the dry run's."""
-    reference = real_rows[0]["step_timing"]
-    if reference is None:
-        raise ValueError("the real rows have no timings: measure them on a real device")
-    rows = []
-    for real in real_rows:
-        dry = dry_rows.get(real["checkpointing"])
-        flops = None if dry is None else dry["flops_ratio"]
-        peak_gap = (
-            "no dry run (offloading)"
-            if dry is None
-            else f"{(real['tracked_peak_mb'] - dry['tracked_peak_mb']) * MB:,.0f} bytes"
-        )
-        rows.append(
-            (
-                real["checkpointing"],
-                real["step_timing"].describe(),
-                time_verdict(real["step_timing"], reference, flops),
-                peak_gap,
-            )
-        )
-    header = ("strategy", "step time, fastest (range)", "time vs none", "peak real - dry run")
-    return text_table(header, rows, "lllr")
-
-
-def activation_peak_and_gradients(
-    model: nn.Module, ids: torch.Tensor
-) -> tuple[int, dict[str, torch.Tensor | None]]:
-    """One forward and backward of a causal LM on ``ids`` as the model is set up now: the most
-    activation memory alive at any moment (bytes, measured) and the trainable parameters' gradients."""
-    model.zero_grad(set_to_none=True)
-    with TensorMemoryTracker(model, inputs=(ids,)) as tracker:
-        next_token_loss(model(ids), ids).backward()
-    gradients = named_gradients(model)
-    model.zero_grad(set_to_none=True)
-    return tracker.activation_peak_bytes, gradients
+    """Rows as an aligned table headed by how they were obtained."""
+    return rows[0]["source"] + "\n" + columns_table(rows, DRY_COLUMNS)
