@@ -1,0 +1,198 @@
+"""One rank of notebook 05: activation checkpointing under DDP and under FSDP2.
+
+    torchrun --nproc-per-node 2 ddp_fsdp_checkpointing.py --width 256 --depth 8 --batch 512
+
+torchrun starts one process per rank and gives each RANK, WORLD_SIZE, MASTER_ADDR and
+MASTER_PORT, which init_process_group reads. The ranks run on the CPU and talk over gloo, or one
+per GPU over NCCL where there are enough GPUs. Rank 0 prints what every rank measured.
+"""
+
+import argparse
+import os
+from functools import partial
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+    CheckpointImpl,
+    apply_activation_checkpointing,
+    checkpoint_wrapper,
+)
+from torch.distributed.fsdp import fully_shard
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.checkpoint import checkpoint
+
+from tutorial_utils.tools import MiB, compare_times, peak_bytes, time_turns
+
+
+class Block(nn.Module):
+    """x + fc2(relu(fc1(x))): a transformer's MLP block, the unit people checkpoint."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.fc1 = nn.Linear(width, 4 * width)
+        self.fc2 = nn.Linear(4 * width, width)
+
+    def forward(self, x):
+        return x + self.fc2(F.relu(self.fc1(x)))
+
+
+class Net(nn.Module):
+    """An input layer, `depth` blocks, then a 10-class head. shared=True applies ONE block `depth` times (tied
+    weights, as in ALBERT). use_reentrant=None: no checkpointing; True or False: every block
+    application goes through checkpoint(..., use_reentrant=use_reentrant)."""
+
+    def __init__(self, width, depth, shared=False, use_reentrant=None):
+        super().__init__()
+        self.depth, self.shared, self.use_reentrant = depth, shared, use_reentrant
+        self.inp = nn.Linear(width, width)  # reentrant checkpoint needs an input that requires grad
+        self.blocks = nn.ModuleList(Block(width) for _ in range(1 if shared else depth))
+        self.head = nn.Linear(width, 10)
+
+    def forward(self, x):
+        x = self.inp(x)
+        for i in range(self.depth):
+            block = self.blocks[0 if self.shared else i]
+            if self.use_reentrant is None:
+                x = block(x)
+            else:
+                x = checkpoint(block, x, use_reentrant=self.use_reentrant)
+        return self.head(x)
+
+
+def ddp_case(args, use_reentrant, ddp_options, batch, device):
+    """One forward and backward of the shared-block model, checkpointed, under DDP: whether the
+    gradients equal one process's on the whole batch, or the first sentence of DDP's error."""
+    x, y, whole_x, whole_y = batch
+    torch.manual_seed(0)
+    model = Net(args.width, args.depth, shared=True, use_reentrant=use_reentrant).to(device)
+    ddp_model = DistributedDataParallel(model, **ddp_options)
+    try:
+        F.cross_entropy(ddp_model(x), y).backward()
+    except RuntimeError as error:
+        return "FAILED: " + str(error).split(".")[0]
+    finally:
+        dist.barrier()  # every rank ends this case before the next one wraps a model
+    torch.manual_seed(0)
+    alone = Net(args.width, args.depth, shared=True)  # one process, no checkpointing
+    F.cross_entropy(alone(whole_x), whole_y).backward()
+    pairs = zip(model.parameters(), alone.parameters(), strict=True)
+    same = all(torch.allclose(p.grad.cpu(), q.grad, rtol=1e-4, atol=1e-6) for p, q in pairs)
+    return f"ok, gradients equal one process's on the whole batch: {same}"
+
+
+def setup(name, args, device):
+    """The model as `name` trains it. Checkpointing wraps every block first; FSDP then shards
+    every (wrapped) block, then the root, so each FSDP unit is one checkpointed block."""
+    torch.manual_seed(0)
+    model = Net(args.width, args.depth).to(device)
+    if name.endswith("+ checkpointing"):
+        apply_activation_checkpointing(
+            model,
+            checkpoint_wrapper_fn=partial(
+                checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT
+            ),
+            check_fn=lambda module: isinstance(module, Block),
+        )
+    if name.startswith("FSDP"):
+        for block in model.blocks:
+            fully_shard(block)  # all-gathered just before it runs, freed after
+        fully_shard(model)  # the rest: input layer and head
+        return model
+    return DistributedDataParallel(model)
+
+
+def forward_backward(model, x, y):
+    F.cross_entropy(model(x), y).backward()
+
+
+def train_step(model, optimizer, x, y):
+    optimizer.zero_grad(set_to_none=True)
+    forward_backward(model, x, y)
+    optimizer.step()
+
+
+def state_mib(model, optimizer):
+    """Parameters and Adam's state that this rank keeps between steps (its shard, under FSDP)."""
+    kept = [*model.parameters(), *(t for s in optimizer.state.values() for t in s.values())]
+    local = [t.to_local() if hasattr(t, "to_local") else t for t in kept]
+    return sum(t.nbytes for t in local) / MiB
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--width", type=int, default=256)
+    parser.add_argument("--depth", type=int, default=8)
+    parser.add_argument("--batch", type=int, default=512, help="global: split over the ranks")
+    parser.add_argument("--turns", type=int, default=5)
+    args = parser.parse_args()
+    world_size = int(os.environ["WORLD_SIZE"])
+    on_gpus = torch.cuda.device_count() >= world_size
+    if on_gpus:
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    dist.init_process_group("nccl" if on_gpus else "gloo")
+    rank = dist.get_rank()
+
+    # every rank builds the same seeded global batch and takes its own share of the rows
+    generator = torch.Generator().manual_seed(1)
+    whole_x = torch.randn(args.batch, args.width, generator=generator)
+    whole_y = torch.randint(0, 10, (args.batch,), generator=generator)
+    rows = slice(rank * args.batch // world_size, (rank + 1) * args.batch // world_size)
+    x, y = whole_x[rows].to(device), whole_y[rows].to(device)
+
+    ddp = {
+        "use_reentrant=True": ddp_case(args, True, {}, (x, y, whole_x, whole_y), device),
+        "use_reentrant=True, static_graph=True": ddp_case(
+            args, True, {"static_graph": True}, (x, y, whole_x, whole_y), device
+        ),
+        "use_reentrant=False": ddp_case(args, False, {}, (x, y, whole_x, whole_y), device),
+    }
+
+    names = ("DDP", "DDP + checkpointing", "FSDP", "FSDP + checkpointing")
+    steps, memory = {}, {}
+    for name in names:
+        model = setup(name, args, device)
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        train_step(model, optimizer, x, y)  # Adam's state exists from the first step on
+        optimizer.zero_grad(set_to_none=True)
+        peak = peak_bytes(partial(forward_backward, model, x, y), device)
+        memory[name] = (state_mib(model, optimizer), peak / MiB)
+        steps[name] = partial(train_step, model, optimizer, x, y)
+    times = time_turns(steps, turns=args.turns, device=device)  # one thread per rank
+
+    everything = [None] * world_size
+    dist.all_gather_object(everything, (ddp, memory, times))
+    if rank == 0:
+        per_rank = args.batch // world_size
+        print(
+            f"{world_size} ranks on {device.type} ({dist.get_backend()}); {args.depth} blocks of "
+            f"width {args.width}; global batch {args.batch} = {per_rank} per rank"
+        )
+        print("\nDDP, the block shared by all", args.depth, "applications, each checkpointed:")
+        for case in ddp:
+            for r, (ddp_r, _, _) in enumerate(everything):
+                print(f"  rank {r}  {case:<38} {ddp_r[case]}")
+        print("\nMiB per rank: kept between steps (parameters + Adam) | forward + backward peak")
+        for name in names:
+            for r, (_, memory_r, _) in enumerate(everything):
+                kept, peak = memory_r[name]
+                print(f"  rank {r}  {name:<21} {kept:7.2f} | {peak:7.2f}")
+        print(f"\nstep time per rank, one thread each, {args.turns} interleaved turns:")
+        for r, (_, _, times_r) in enumerate(everything):
+            for plain in ("DDP", "FSDP"):
+                pair = {
+                    "plain": times_r[plain],
+                    "checkpointed": times_r[plain + " + checkpointing"],
+                }
+                print(f"rank {r}, {plain}:")
+                print(compare_times(pair, reference="plain"))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
