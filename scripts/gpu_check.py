@@ -922,6 +922,38 @@ def estimate_section(budget: Budget) -> Outcome:
     return estimate_outcome(estimate_rows(torch.device("cuda")))
 
 
+PREDICTED = "predicted: dry run replayed through the emulated allocator"
+ALLOCATOR_COLUMNS = [
+    Column("model", "model"),
+    Column("batch x size", "shape"),
+    Column("precision", "precision"),
+    Column("strategy", "strategy"),
+    Column("allocated MiB", "predicted_allocated_mb", "{:.1f}", PREDICTED),
+    Column("max_memory_allocated MiB", "cuda_allocated_mb", "{:.1f}", MEASURED),
+    Column("error", "allocated_error", "{:+.2%}", PREDICTED),
+    Column("reserved MiB", "predicted_reserved_mb", "{:.1f}", PREDICTED),
+    Column("max_memory_reserved MiB", "cuda_reserved_mb", "{:.1f}", MEASURED),
+    Column("error", "reserved_error", "{:+.2%}", PREDICTED),
+    Column("outside the allocator MiB", "outside_allocator_mb", "{:.0f}", MEASURED),
+]
+
+
+def allocator_section(budget: Budget) -> Outcome:
+    """The emulated caching allocator's two counters against ``torch.cuda``'s on this GPU."""
+    from tutorial_utils.estimate.allocator_check import allocator_failures, allocator_rows
+
+    rows = allocator_rows(torch.device("cuda"))
+    notes = [
+        "Predicted: the step's dry run, its allocations and frees replayed through "
+        "tutorial_utils.measurement.allocator (baseline, then two steps; cuBLAS workspaces per "
+        "thread). Measured: the second of two real steps after the allocator was emptied. "
+        "Outside the allocator: total - free - reserved at its end, i.e. the CUDA context and "
+        "anything else on the device (compare with the quoted context in estimate/card.py)."
+    ]
+    table = Table("The emulated allocator against torch.cuda", ALLOCATOR_COLUMNS, rows)
+    return Outcome([table], notes, allocator_failures(rows))
+
+
 SECTIONS = (
     Section("hardware", "Hardware", hardware_section),
     Section("crosscheck", "Tracker and dry run against the CUDA allocator", crosscheck_section),
@@ -931,6 +963,7 @@ SECTIONS = (
     Section("offloading", "Offloading saved activations to the CPU", offloading_section),
     Section("nccl", "Two NCCL ranks", nccl_section),
     Section("estimate", "The estimate command against the CUDA allocator", estimate_section),
+    Section("allocator", "The emulated allocator against torch.cuda", allocator_section),
     Section("notebooks", "Notebooks 02 and 03 in the gpu profile", notebooks_section),
 )
 

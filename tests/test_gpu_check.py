@@ -574,3 +574,37 @@ def test_estimate_checks_are_valid_workloads():
         Workload(model, batch=batch, size=size, precision=precision, lora_rank=lora)
         parse_strategy(strategy)
     assert any(check[3].startswith("amp-") for check in gpu_check.ESTIMATE_CHECKS)
+
+
+def test_allocator_section_judges_both_counters(tmp_path):
+    """The allocator section's CPU side: its checks are valid workloads, a tiny one's prediction
+    runs here, and a row fails without a measured counter or beyond its tolerance."""
+    from tutorial_utils.estimate import allocator_check
+    from tutorial_utils.estimate.estimator import Workload
+    from tutorial_utils.estimate.strategies import parse_strategy
+
+    assert "allocator" in [section.key for section in gpu_check.SECTIONS]
+    for model, batch, size, precision, lora, strategy in allocator_check.ALLOCATOR_CHECKS:
+        Workload(model, batch=batch, size=size, precision=precision, lora_rank=lora)
+        parse_strategy(strategy)
+    config = tmp_path / "config.json"
+    config.write_text(
+        json.dumps(
+            {"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 2, "vocab_size": 300}
+        )
+    )
+    predicted = allocator_check.predicted_counters(
+        Workload(f"hf:{config}", batch=2, size=32, precision="fp32"), "every-block"
+    )
+    assert predicted.max_reserved_bytes >= predicted.max_allocated_bytes > 0
+    row = {
+        "model": "hf:gpt2",
+        "strategy": "none",
+        "allocated_error": 0.01,
+        "reserved_error": None,
+    }
+    assert allocator_check.allocator_failures([row]) == ["hf:gpt2 none: no CUDA reserved peak"]
+    row["reserved_error"] = -0.5
+    assert allocator_check.allocator_failures([row]) == [
+        "hf:gpt2 none: predicted reserved off by -50.00%"
+    ]
