@@ -1,10 +1,11 @@
 """One rank of notebook 05: activation checkpointing under DDP and under FSDP2.
 
-    torchrun --nproc-per-node 2 ddp_fsdp_checkpointing.py --width 256 --depth 8 --batch 512
+    torchrun --standalone --nproc-per-node 2 ddp_fsdp_checkpointing.py --width 128 --batch 1024
 
 torchrun starts one process per rank and gives each RANK, WORLD_SIZE, MASTER_ADDR and
-MASTER_PORT, which init_process_group reads. The ranks run on the CPU and talk over gloo, or one
-per GPU over NCCL where there are enough GPUs. Rank 0 prints what every rank measured.
+MASTER_PORT, which init_process_group reads (--standalone: on this machine, at a free port).
+The ranks run on the CPU and talk over gloo, or one per GPU over NCCL where there are enough
+GPUs. Rank 0 prints what every rank measured.
 """
 
 import argparse
@@ -123,9 +124,9 @@ def state_mib(model, optimizer):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--width", type=int, default=256)
+    parser.add_argument("--width", type=int, default=128)
     parser.add_argument("--depth", type=int, default=8)
-    parser.add_argument("--batch", type=int, default=512, help="global: split over the ranks")
+    parser.add_argument("--batch", type=int, default=1024, help="global: split over the ranks")
     parser.add_argument("--turns", type=int, default=5)
     args = parser.parse_args()
     world_size = int(os.environ["WORLD_SIZE"])
@@ -191,6 +192,7 @@ def main():
                 }
                 print(f"rank {r}, {plain}:")
                 print(compare_times(pair, reference="plain"))
+    dist.barrier()  # no rank leaves while another still talks to it
     dist.destroy_process_group()
 
 
