@@ -227,17 +227,21 @@ def predict_allocator(log: AllocationLog, card: Card) -> AllocatorPrediction:
     """The step replayed through the card's caching allocator (two steps: the second on the
     first's cache). Where it runs out of memory, the peaks are those it would need (replayed
     without a limit), so the margin says by how much it misses."""
-    replayed = functools.partial(
+    bounded = _replayed(log, card)(capacity_bytes=card.budget_bytes)
+    if bounded.fits:
+        return bounded
+    needed = _replayed(log, card)()
+    return dataclasses.replace(needed, capacity_bytes=card.budget_bytes, out_of_memory=True)
+
+
+def _replayed(log: AllocationLog, card: Card) -> Callable[..., AllocatorPrediction]:
+    """``replay`` of ``log`` with the card's allocator settings; capacity still to choose."""
+    return functools.partial(
         replay,
         log,
         expandable_segments=card.expandable_segments,
         workspace_bytes=card.workspace_bytes,
     )
-    bounded = replayed(capacity_bytes=card.budget_bytes)
-    if bounded.fits:
-        return bounded
-    needed = replayed()
-    return dataclasses.replace(needed, capacity_bytes=card.budget_bytes, out_of_memory=True)
 
 
 # -- every strategy ------------------------------------------------------------------------------
@@ -450,7 +454,7 @@ def largest_fit(
 
 def _replay_fits(report: StepReport, card: Card) -> bool:
     assert report.allocations is not None
-    return predict_allocator(report.allocations, card).fits
+    return _replayed(report.allocations, card)(capacity_bytes=card.budget_bytes).fits
 
 
 def summary_rows(result: Estimate) -> list[dict]:
