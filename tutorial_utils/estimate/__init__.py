@@ -3,5 +3,6 @@
 ``models`` builds a causal LM (preset, config.json or model id) or a torchvision classifier on
 the meta device, with LoRA if asked; ``strategies`` checkpoints either the way people do;
 ``estimator`` dry-runs one step per strategy against a card (``card``) and searches the largest
-size that fits; ``report`` prints it.
+size that fits, each step replayed through the emulated CUDA caching allocator; ``report`` prints
+it; ``allocator_check`` compares the allocator's predictions with a GPU's counters.
 """

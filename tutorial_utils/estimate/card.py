@@ -21,7 +21,8 @@ GiB = 2**30
 
 # The CUDA context, quoted (not measured here). A figure for a GPU model where one was found;
 # the figure for any GPU since CUDA 11.7's lazy module loading (PyTorch's default since 1.13)
-# otherwise.
+# otherwise: the larger of two quotes by the same maintainer ("~300MB" in
+# pytorch/pytorch#107667, "around 400MB" in #109888, both 2023), read as MiB.
 ANY_GPU_CONTEXT_BYTES = 400 * 2**20
 ANY_GPU_CONTEXT_SOURCE = (
     '"around 400MB if CUDA >= 11.7 is used and lazy module loading enabled", any GPU '
