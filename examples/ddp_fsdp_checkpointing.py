@@ -21,6 +21,7 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
     apply_activation_checkpointing,
     checkpoint_wrapper,
 )
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.checkpoint import checkpoint
@@ -98,9 +99,11 @@ def setup(name, args, device):
             check_fn=lambda module: isinstance(module, Block),
         )
     if name.startswith("FSDP"):
+        # the ranks' devices, named: by default FSDP takes the GPU whenever there is one
+        mesh = init_device_mesh(device.type, (dist.get_world_size(),))
         for block in model.blocks:
-            fully_shard(block)  # all-gathered just before it runs, freed after
-        fully_shard(model)  # the rest: input layer and head
+            fully_shard(block, mesh=mesh)  # all-gathered just before it runs, freed after
+        fully_shard(model, mesh=mesh)  # the rest: input layer and head
         return model
     return DistributedDataParallel(model)
 
