@@ -80,6 +80,16 @@ def estimate_table(result: Estimate) -> str:
             f"{row.strategy.name:<24}{cells} {row.report.peak_bytes / GiB:>8,.2f}{predicted} "
             f"{flops:>13} {'yes' if row.fits else 'no':>4} {margin:>7} {fit:>17}"
         )
+    retried = [
+        f"{row.strategy.name} ({row.allocator.retries})"
+        for row in result.rows
+        if row.fits and row.allocator is not None and row.allocator.retries
+    ]
+    if retried:
+        lines += [
+            "fits only by freeing the allocator's cache when cudaMalloc fails (requests that "
+            f"needed it): {', '.join(retried)}"
+        ]
     timing = f"dry runs of the strategies: {result.seconds:.1f} s"
     if result.search_seconds is not None:
         unit = "256 tokens" if w.is_language_model else "1 sample"
