@@ -206,11 +206,6 @@ class CachingAllocator:
         self._merge_neighbours(block)
         self._add_free(block)
 
-    def reset_peaks(self) -> None:
-        """As ``torch.cuda.reset_peak_memory_stats``: the peaks start again from now."""
-        self.max_allocated_bytes = self.allocated_bytes
-        self.max_reserved_bytes = self.reserved_bytes
-
     # -- finding and splitting --------------------------------------------------------------
 
     def _best_fit(self, small: bool, size: int) -> Block | None:
@@ -453,7 +448,7 @@ def _run(
             live[key] = allocator.malloc(nbytes)
         elif kind == "free":
             block = live.pop(key, None)
-            if block is not None:  # a baseline storage freed in an earlier step
+            if block is not None:  # None: a baseline storage the first step already freed
                 allocator.free(block)
         elif key not in workspaces:
             workspaces[key] = allocator.malloc(workspace_bytes)
