@@ -345,6 +345,15 @@ def test_bad_input_is_one_line_and_exit_2(arguments, message, capsys):
     assert message in err[-1] and not any("Traceback" in line for line in err)
 
 
+def test_command_replays_the_allocator_of_the_gpu_asked_for(tiny_config, capsys):
+    arguments = ["estimate", "--hf-config", tiny_config("llama"), "--seq", "64"]
+    arguments += ["--strategies", "none", "--card", "1GB", "--no-search"]
+    assert main([*arguments, "--gpu", "h100", "--expandable-segments"]) == 0
+    out = capsys.readouterr().out
+    assert "(H100)" in out and "expandable segments; cuBLAS workspaces 32 MiB" in out
+    assert "quoted, not measured" in out and "allocated reserved" in out
+
+
 def test_a_hub_model_offline_fails_in_seconds(monkeypatch, capsys):
     """The Hub unreachable (an endpoint whose name does not resolve): one line, no retries."""
     import time
