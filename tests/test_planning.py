@@ -426,20 +426,34 @@ def test_a_plan_that_measures_over_its_budget_is_replaced_by_one_that_fits(monke
         budget_module.plan_checkpoints(model, x, least + miss // 2)
 
 
-def test_measured_times_are_read_against_their_noise_and_the_flop_prediction(chain):
-    from tutorial_utils.lessons.choosing_what_to_checkpoint import time_against_flops_table
+def test_prediction_errors_read_measured_medians_against_flops_and_the_roofline(chain):
+    from tutorial_utils.lessons.choosing_what_to_checkpoint import prediction_errors
     from tutorial_utils.measurement.dry_run import meta_copy
 
     model, x, y = chain
     menu = strategy_menu(model, x, uniform_counts=[3], selective_regions=())
     measured = measure_strategies(model, x, y, menu, repeats=2)
     dry = measure_strategies(meta_copy(model), x.to("meta"), y.to("meta"), menu)
-    assert all(row["step_timing"].repeats == 2 for row in measured)
-    lines = time_against_flops_table(measured, dry).splitlines()
-    assert len(lines) == len(menu) + 1 and "over 2 runs" in lines[1]
-    assert "x1.00, within noise" in lines[1]  # "none" against itself
-    assert f"FLOPs predict x{dry[1]['flops_ratio']:.2f}" in lines[2]
-    with pytest.raises(ValueError, match="same strategy menu"):
-        time_against_flops_table(measured, dry[:1])
-    with pytest.raises(ValueError, match="no timings"):
-        time_against_flops_table(dry, dry)
+    roofline = {row["checkpointing"]: 1.5 for row in measured}
+    lines = prediction_errors(measured, dry, roofline).splitlines()
+    assert len(lines) == len(menu)  # a header, then every strategy but "none"
+    ratio = measured[1]["step_timing"].median / measured[0]["step_timing"].median
+    measured_ratio, flops, _, roof, _, noise = lines[1].split()[-6:]
+    assert (measured_ratio, flops, roof) == (
+        f"x{ratio:.2f}",
+        f"x{dry[1]['flops_ratio']:.2f}",
+        "x1.50",
+    )
+    assert noise in ("beyond", "within")
+
+
+def test_above_none_names_the_strategies_whose_peak_exceeds_no_checkpointing():
+    from tutorial_utils.lessons.choosing_what_to_checkpoint import above_none
+
+    def row(name, kind, peak, flops):
+        return {"checkpointing": name, "kind": kind, "tracked_peak_mb": peak, "flops_ratio": flops}
+
+    rows = [row("none", "none", 100.0, 1.0), row("uniform 2", "uniform", 80.0, 1.2),
+            row("uniform 30", "uniform", 150.0, 1.0)]  # fmt: skip
+    assert above_none(rows) == "above none's 100.0 MiB: uniform 30 (150.0 MiB, FLOPs x1.00)"
+    assert above_none(rows[:2]).endswith(": none of them")

@@ -1,5 +1,5 @@
 """Notebook 04's sizes, models, figures and budget slider: strategies on a Pareto plot, a plan on
-its layers, the timing check, BatchNorm under each strategy, one-level against nested plans.
+its layers, the roofline against the clock, BatchNorm under each strategy, one-level against nested plans.
 
 Figures follow ``plotting``'s conventions (returned detached, titled with profile and device).
 The budget explorer re-plans on every slider change (planning a profiled model takes well under
@@ -29,7 +29,6 @@ from tutorial_utils.display.plotting import figure_subtitle
 from tutorial_utils.display.tables import columns_table
 from tutorial_utils.display.widgets import budget_slider, result_outputs
 from tutorial_utils.measurement.dry_run import dry_run_step
-from tutorial_utils.measurement.timing import time_verdict
 from tutorial_utils.planning.limits import PeakFloor
 from tutorial_utils.planning.nested import (
     NestedPlan,
@@ -60,9 +59,6 @@ RUNS_LABELS = {
 }
 
 
-# torch.compile's memory budgets beside the plans at the articles' sizes: dry runs, the same in
-# every profile (the profile's own ``compile_budgets`` size the measured sweeps)
-DRY_RUN_COMPILE_BUDGETS = (0.0, 0.5, 1.0)
 ROUNDING = 1e-5  # running statistics closer than this to the plain step's differ by rounding only
 
 
@@ -110,23 +106,6 @@ def deep_tanh_chain(pairs: int, width: int = 256, classes: int = 10) -> nn.Seque
     for _ in range(pairs):
         layers += [nn.Linear(width, width), nn.Tanh()]
     return nn.Sequential(*layers, nn.Linear(width, classes))
-
-
-def timing_check(measured: Sequence[dict], dry: Sequence[dict], name: str) -> str:
-    """One strategy's median time ratio to "none" against its FLOP prediction, and whether the
-    difference is beyond noise (ranges of repeats apart)."""
-    row = next(i for i, r in enumerate(measured) if r["checkpointing"] == name)
-    timing, reference = measured[row]["step_timing"], measured[0]["step_timing"]
-    ratio, predicted = timing.median / reference.median, dry[row]["flops_ratio"]
-    noise = (
-        "noise unknown (1 run)"
-        if timing.repeats == 1
-        else ("ranges apart: beyond noise" if not timing.overlaps(reference) else "within noise")
-    )
-    return (
-        f"{name}: median x{ratio:.2f} against x{predicted:.2f} predicted from FLOPs "
-        f"(off by {ratio / predicted - 1:+.0%}); {noise}"
-    )
 
 
 def recompute_accounting(plan: Plan, plain_gflop: float, planned_gflop: float) -> str:
@@ -382,28 +361,6 @@ def strategy_table(rows: Sequence[dict]) -> str:
     return f"{rows[0]['source']}\n{table}" if rows and rows[0].get("source") else table
 
 
-def time_against_flops_table(measured: Sequence[dict], dry: Sequence[dict]) -> str:
-    """Measured step times (fastest of the repeats, their range) beside the FLOP prediction from
-    dry runs of the same strategies, with whether each difference from "none" is beyond noise."""
-    if len(measured) != len(dry) or not measured:
-        raise ValueError("pass the measured and the dry-run rows of the same strategy menu")
-    reference = measured[0]["step_timing"]
-    if reference is None:
-        raise ValueError("the measured rows have no timings: measure them on a real device")
-    name_width = max(len(row["checkpointing"]) for row in measured)
-    lines = [
-        f"{'strategy':<{name_width}}  {'peak MiB':>9}  {'step time, fastest (range)':<34}  "
-        "time vs none, against the FLOP prediction"
-    ]
-    for real, predicted in zip(measured, dry, strict=True):
-        timing = real["step_timing"]
-        lines.append(
-            f"{real['checkpointing']:<{name_width}}  {real['tracked_peak_mb']:>9,.1f}  "
-            f"{timing.describe():<34}  {time_verdict(timing, reference, predicted['flops_ratio'])}"
-        )
-    return "\n".join(lines)
-
-
 def key_rows(rows: Sequence[dict]) -> list[dict]:
     """The rows the text discusses: none, the best uniform split measured, sqrt(n), the plans,
     selective checkpointing and compile budgets (the full table is ``strategy_table(rows)``)."""
@@ -416,6 +373,19 @@ def key_rows(rows: Sequence[dict]) -> list[dict]:
         in ("none", "sqrt(n)", "planned", "nested", "selective", "compile budget", "offload")
         or row is best
     ]
+
+
+def above_none(rows: Sequence[dict]) -> str:
+    """The strategies whose tracked peak is above no checkpointing's, each with its FLOP ratio:
+    the points of a Pareto plot that the text must explain."""
+    none = next(row for row in rows if row["kind"] == "none")
+    above = [
+        f"{row['checkpointing']} ({row['tracked_peak_mb']:,.1f} MiB, FLOPs x{row['flops_ratio']:.2f})"
+        for row in rows
+        if row["tracked_peak_mb"] > none["tracked_peak_mb"]
+    ]
+    listed = ", ".join(above) if above else "none of them"
+    return f"above none's {none['tracked_peak_mb']:,.1f} MiB: {listed}"
 
 
 def floor_table(rows: Sequence[dict], floor: PeakFloor) -> str:

@@ -90,7 +90,10 @@ class PeakFloor:
             )
         if gap < MB / 10:
             return f"on the floor ({gap:,} B above it): no plan can do better"
-        return f"{gap / MB:,.1f} MiB above the floor: a better plan may exist, none can beat it"
+        return (
+            f"{gap / MB:,.1f} MiB above the floor: no plan goes below the floor; whether one "
+            "reaches it is not known"
+        )
 
 
 class _InputLike(torch.autograd.Function):
