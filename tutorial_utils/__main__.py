@@ -149,6 +149,15 @@ def add_estimate_parser(commands) -> None:
     )
     estimate.add_argument("--no-search", action="store_true", help="skip the largest-fit search")
     estimate.add_argument(
+        "--gpus",
+        type=positive_int,
+        help="with --shard: what each of N GPUs holds, --batch per GPU (one rank predicted on "
+        "fake tensors over PyTorch's fake process group)",
+    )
+    estimate.add_argument(
+        "--shard", choices=("fsdp2", "ddp"), help="with --gpus: FSDP2's fully_shard or DDP"
+    )
+    estimate.add_argument(
         "--jobs",
         type=positive_int,
         default=min(2, os.cpu_count() or 1),
@@ -221,6 +230,10 @@ def run_estimate(args: argparse.Namespace) -> int:
         args.card, args.reserve, args.gpu, args.expandable_segments
     )
     workload, strategies = estimate_workload(args)
+    if args.gpus or args.shard:
+        from tutorial_utils.estimate.sharded import run_sharded
+
+        return run_sharded(workload, strategies, card, args.gpus, args.shard)
     from tutorial_utils.estimate.estimator import estimate, search_largest
     from tutorial_utils.estimate.report import estimate_table
 

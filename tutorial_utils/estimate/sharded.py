@@ -25,6 +25,9 @@ in it.
 from __future__ import annotations
 
 import contextlib
+import functools
+import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
@@ -32,8 +35,19 @@ from typing import Any, Literal, get_args
 import torch
 import torch.nn as nn
 
+from tutorial_utils.estimate.card import Card, GiB
+from tutorial_utils.estimate.estimator import (
+    Estimate,
+    Workload,
+    batch_for,
+    build_model,
+    make_optimizer,
+)
+from tutorial_utils.estimate.models import repeated_blocks
+from tutorial_utils.estimate.strategies import OFFLOAD_NOTE, Strategy
 from tutorial_utils.measurement.fake_ranks import BUFFER_CATEGORIES, ShardedStepTracker, fake_ranks
 from tutorial_utils.measurement.phases import step_phase
+from tutorial_utils.measurement.step import next_token_loss
 from tutorial_utils.measurement.tracker import CATEGORIES
 
 Shard = Literal["fsdp2", "ddp"]
@@ -97,7 +111,7 @@ def rank_step(
 ) -> RankReport:
     """Rank 0's training step among ``world_size``, on fake tensors over the fake process group.
 
-    ``build()`` makes the model (on meta or anywhere: it is rebuilt as fake CPU tensors);
+    ``build()`` makes the model on the meta device (it becomes fake CPU tensors);
     ``blocks(model)`` are the modules FSDP2 shards one by one before the root; ``batch(model)``
     gives this rank's inputs and targets; ``checkpointing(model)`` is entered around the step (a
     strategy's ``applied``). One untracked step creates the optimizer's state, then one step
@@ -105,15 +119,16 @@ def rank_step(
     storage resizes unseen, as a tracker of ops alone (``tools.LiveBytes``) does."""
     if shard not in SHARDS:
         raise ValueError(f"--shard must be one of {', '.join(SHARDS)}, got {shard!r}")
-    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+    from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed.device_mesh import init_device_mesh
 
     with fake_ranks(world_size):
         mesh = init_device_mesh("cpu", (world_size,))  # outside fake mode: it reads rank ids
+        model = build()
+        if any(t.device.type != "meta" for t in [*model.parameters(), *model.buffers()]):
+            raise ValueError("build() must make the model on the meta device (no memory)")
         with FakeTensorMode(allow_non_fake_inputs=True):
-            model = build()
-            if not all(isinstance(t, FakeTensor) for t in [*model.parameters(), *model.buffers()]):
-                model.to_empty(device="cpu")  # built on meta: fake CPU tensors, no memory
+            _to_fake_cpu(model)
             with checkpointing(model) if checkpointing else contextlib.nullcontext():
                 bucket_bytes: list[int] = []
                 if shard == "fsdp2":
@@ -156,6 +171,20 @@ def rank_step(
     )
 
 
+def _to_fake_cpu(model: nn.Module) -> None:
+    """``model``'s meta tensors replaced by fake CPU tensors (sizes, no memory), shared (tied)
+    parameters still shared: ``to_empty`` alone unties them (an LM's embedding and head)."""
+    places: dict[int, list[tuple[nn.Module, str]]] = {}
+    for module in model.modules():
+        for name, parameter in module._parameters.items():
+            if parameter is not None:
+                places.setdefault(id(parameter), []).append((module, name))
+    model.to_empty(device="cpu")
+    for (first, first_name), *others in places.values():
+        for module, name in others:
+            module._parameters[name] = first._parameters[first_name]
+
+
 def _fully_shard() -> Callable[..., Any]:
     """FSDP2's ``fully_shard``: public from torch 2.6, under ``_composable`` before."""
     try:
@@ -172,3 +201,98 @@ def _step(model, inputs, targets, loss_fn, optimizer) -> None:
         loss.backward()
     with step_phase("optimizer"):
         optimizer.step()
+
+
+def estimate_rank(
+    workload: Workload, strategy: Strategy, world_size: int, shard: Shard
+) -> RankReport:
+    """One rank's step of ``workload`` (its batch per GPU) under ``shard`` and ``strategy``."""
+    if workload.precision.startswith("amp-"):
+        raise ValueError(
+            "--gpus with --precision amp-*: not predicted (FSDP2 takes mixed precision as its own "
+            "MixedPrecisionPolicy); use fp32, bf16 or fp16"
+        )
+    if strategy.gpu_only:
+        raise ValueError(f"{strategy.name!r} is {OFFLOAD_NOTE}")
+    loss_fn = next_token_loss if workload.is_language_model else nn.CrossEntropyLoss()
+    return rank_step(
+        functools.partial(build_model, workload),
+        repeated_blocks,
+        lambda model: batch_for(workload, model, "cpu"),
+        loss_fn,
+        functools.partial(make_optimizer, workload),
+        world_size=world_size,
+        shard=shard,
+        checkpointing=strategy.applied,
+    )
+
+
+COLUMNS = {
+    "parameters": "params",
+    "gradients": "grads",
+    "optimizer_state": "optimizer",
+    "activations": "activations",
+    "all_gather": "all-gather",
+    "reduce_scatter": "red-scatter",
+    "buckets": "DDP buckets",
+}
+
+
+def rank_table(
+    workload: Workload,
+    rows: Sequence[tuple[Strategy, RankReport | str]],
+    card: Card,
+    world_size: int,
+    shard: Shard,
+) -> str:
+    """Each strategy's per-rank peak and its categories, headed by how they were obtained."""
+    from tutorial_utils.estimate.report import describe_workload
+
+    how = {
+        "fsdp2": "FSDP2 fully_shard on every block, then the root (reshard after forward)",
+        "ddp": f"DDP (gradient buckets: first 1 MiB, then {DDP_BUCKET_CAP_MB} MiB)",
+    }[shard]
+    lines = [
+        f"{world_size} GPUs, {how}; what each rank holds (rank 0; batch {workload.batch} per GPU)",
+        describe_workload(Estimate(workload, card, "")),
+        "predicted (dry run on fake tensors over PyTorch's fake process group, one process); GiB; "
+        "by category at the rank's peak; tensors only (no NCCL buffers, no allocator replay)",
+        card.describe(),
+        "",
+        f"{'strategy':<24}"
+        + "".join(f" {label:>11}" for label in COLUMNS.values())
+        + f" {'peak/rank':>9} {'fits':>4}",
+    ]
+    for strategy, report in rows:
+        if isinstance(report, str):
+            lines.append(f"{strategy.name:<24} {report}")
+            continue
+        cells = "".join(f" {report.breakdown[c] / GiB:>11,.2f}" for c in COLUMNS)
+        fits = "yes" if report.peak_bytes <= card.budget_bytes else "no"
+        lines.append(f"{strategy.name:<24}{cells} {report.peak_bytes / GiB:>9,.2f} {fits:>4}")
+    return "\n".join(lines)
+
+
+def run_sharded(
+    workload: Workload,
+    strategies: Sequence[Strategy],
+    card: Card,
+    world_size: int | None,
+    shard: str | None,
+) -> int:
+    """The command's ``--gpus N --shard fsdp2|ddp``: one row per strategy, printed."""
+    if world_size is None or shard is None:
+        raise ValueError("--gpus and --shard go together: e.g. --gpus 8 --shard fsdp2")
+    if shard not in SHARDS:
+        raise ValueError(f"--shard must be one of {', '.join(SHARDS)}, got {shard!r}")
+    print(f"predicting rank 0 of {world_size} on fake tensors...", file=sys.stderr, flush=True)
+    started = time.perf_counter()
+    rows: list[tuple[Strategy, RankReport | str]] = []
+    for strategy in strategies:
+        if strategy.gpu_only:
+            rows.append((strategy, OFFLOAD_NOTE))
+            continue
+        rows.append((strategy, estimate_rank(workload, strategy, world_size, shard)))
+    print(rank_table(workload, rows, card, world_size, shard))
+    print(f"\ndry runs of the strategies: {time.perf_counter() - started:.1f} s")
+    return 0
