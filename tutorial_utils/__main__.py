@@ -10,7 +10,7 @@ import sys
 from typing import NoReturn
 
 from tutorial_utils.articles.profiles import PROFILES, get_profile
-from tutorial_utils.estimate.card import GPUS
+from tutorial_utils.estimate.card import GPU_CHOICES
 
 # VGG16 halves its input five times (max-pooling): below 32 px a feature map vanishes.
 MIN_VGG16_IMAGE_SIZE = 32
@@ -110,9 +110,10 @@ def add_estimate_parser(commands) -> None:
     estimate.add_argument("--num-classes", type=positive_int, default=1000, help="classifier head")
     estimate.add_argument(
         "--precision",
-        choices=("fp32", "bf16", "fp16", "amp-bf16", "amp-fp16"),
-        help="pure fp32/bf16/fp16, or amp-*: fp32 weights under torch.autocast (default: bf16 "
-        "for language models, fp32 for classifiers)",
+        choices=("fp32", "bf16", "fp16", "amp-bf16", "amp-fp16", "nf4"),
+        help="pure fp32/bf16/fp16, amp-*: fp32 weights under torch.autocast, or nf4: QLoRA, a "
+        "bitsandbytes 4-bit base (with --lora RANK) (default: bf16 for language models, fp32 "
+        "for classifiers)",
     )
     estimate.add_argument("--optimizer", choices=("adamw", "sgd"), default="adamw")
     estimate.add_argument(
@@ -127,13 +128,18 @@ def add_estimate_parser(commands) -> None:
         help="comma-separated: none, every-block, every-N (every N-th block), selective "
         "(save matmuls), offload (GPU-only: listed, not measured)",
     )
-    estimate.add_argument("--card", default="24GB", help="the GPU's memory, e.g. 24GB, 80GB")
+    estimate.add_argument(
+        "--card", help="the GPU's memory, e.g. 24GB, 80GB (default: the --gpu's, else 24GB)"
+    )
     estimate.add_argument(
         "--gpu",
         default="any",
-        choices=tuple(GPUS),
-        help="the GPU model: its quoted CUDA context where one is quoted (else the figure quoted "
-        "for any GPU) and cuBLAS's workspace size (32 MiB on H100/H200)",
+        choices=GPU_CHOICES,
+        metavar="NAME",
+        help="the GPU model (t4, a10g, l4, a100-40gb, a100-80gb, h100, h200, 3090, 4090; any or "
+        "cpu: none named, the CPU's attention kernels): the SDPA kernel it runs (torch 2.14's "
+        "rules), its memory, its quoted peaks for the predicted step time, its quoted CUDA "
+        "context where one is quoted and cuBLAS's workspace size (32 MiB on H100/H200)",
     )
     estimate.add_argument(
         "--reserve",

@@ -32,26 +32,138 @@ ANY_GPU_CONTEXT_SOURCE = (
 
 @dataclass(frozen=True)
 class GpuModel:
-    """What the estimate needs to know of a GPU model besides its memory."""
+    """What the estimate needs to know of a GPU model besides its memory: its allocator's fixed
+    costs, its compute capability (which SDPA kernel it runs), and its quoted peaks (the
+    predicted step time)."""
 
     name: str
     hopper: bool = False  # compute capability 9.0: cuBLAS takes a 32 MiB workspace
     context_bytes: int | None = None  # quoted for this model; None: not quoted
     context_source: str = ""
+    sm: tuple[int, int] | None = None  # compute capability; None: the CPU's SDPA kernels
+    memory_bytes: int | None = None  # the card's memory, --card's default for this GPU
+    memory_source: str = ""
+    # quoted peaks, dense (no sparsity), FLOP/s: tensor-core fp16 and bf16 with float32
+    # accumulation (None: no bf16 tensor cores), and plain fp32 (PyTorch's default matmul
+    # precision does not use TF32); memory bandwidth in bytes/s
+    fp16_flops: float | None = None
+    bf16_flops: float | None = None
+    fp32_flops: float | None = None
+    bandwidth: float | None = None
+    peaks_source: str = ""
 
 
+def _sold_as(gb: int) -> int:
+    """A card sold as ``gb`` GB, read as GiB (see ``parse_bytes``)."""
+    return gb * GiB
+
+
+_DATASHEET = "NVIDIA {} datasheet"
 # No per-model figure of the context with lazy loading was found; the figures quoted for
 # single cards (an RTX 3090's 1687 MB, a GTX 1080's 721 MB, pytorch/pytorch#55277) predate it.
 GPUS = {
     "any": GpuModel("any GPU"),
-    "t4": GpuModel("T4"),
-    "l4": GpuModel("L4"),
-    "a100": GpuModel("A100"),
-    "h100": GpuModel("H100", hopper=True),
-    "h200": GpuModel("H200", hopper=True),
-    "rtx-3090": GpuModel("RTX 3090"),
-    "rtx-4090": GpuModel("RTX 4090"),
+    "cpu": GpuModel("no GPU named: the CPU's SDPA kernels"),
+    "t4": GpuModel(
+        "T4",
+        sm=(7, 5),
+        # 16 GB sold; ECC holds 1/16 of GDDR6 back: deviceQuery reads 15,843,721,216 bytes
+        memory_bytes=15_843_721_216,
+        memory_source="deviceQuery on a T4 (16 GB less ECC)",
+        fp16_flops=65e12,
+        fp32_flops=8.1e12,
+        bandwidth=320e9,
+        peaks_source=_DATASHEET.format("T4"),
+    ),
+    "a10g": GpuModel(
+        "A10G",
+        sm=(8, 6),
+        memory_bytes=_sold_as(24),
+        fp16_flops=70e12,
+        bf16_flops=70e12,
+        fp32_flops=31.2e12,
+        bandwidth=600e9,
+        peaks_source="AWS's A10G has no NVIDIA datasheet; as tabled by baseten.co/blog/"
+        "nvidia-a10-vs-a10g-for-ml-model-inference",
+    ),
+    "l4": GpuModel(
+        "L4",
+        sm=(8, 9),
+        memory_bytes=_sold_as(24),
+        fp16_flops=121e12,
+        bf16_flops=121e12,
+        fp32_flops=30.3e12,
+        bandwidth=300e9,
+        peaks_source=_DATASHEET.format("L4"),
+    ),
+    "a100-40gb": GpuModel(
+        "A100 40GB",
+        sm=(8, 0),
+        memory_bytes=_sold_as(40),
+        fp16_flops=312e12,
+        bf16_flops=312e12,
+        fp32_flops=19.5e12,
+        bandwidth=1555e9,
+        peaks_source=_DATASHEET.format("A100") + ", SXM",
+    ),
+    "a100-80gb": GpuModel(
+        "A100 80GB",
+        sm=(8, 0),
+        memory_bytes=_sold_as(80),
+        fp16_flops=312e12,
+        bf16_flops=312e12,
+        fp32_flops=19.5e12,
+        bandwidth=2039e9,
+        peaks_source=_DATASHEET.format("A100") + ", SXM",
+    ),
+    "h100": GpuModel(
+        "H100",
+        hopper=True,
+        sm=(9, 0),
+        memory_bytes=_sold_as(80),
+        fp16_flops=989e12,
+        bf16_flops=989e12,
+        fp32_flops=67e12,
+        bandwidth=3.35e12,
+        peaks_source=_DATASHEET.format("H100") + ", SXM",
+    ),
+    "h200": GpuModel(
+        "H200",
+        hopper=True,
+        sm=(9, 0),
+        memory_bytes=_sold_as(141),
+        fp16_flops=989e12,
+        bf16_flops=989e12,
+        fp32_flops=67e12,
+        bandwidth=4.8e12,
+        peaks_source=_DATASHEET.format("H200") + ", SXM",
+    ),
+    "3090": GpuModel(
+        "RTX 3090",
+        sm=(8, 6),
+        memory_bytes=_sold_as(24),
+        fp16_flops=71e12,
+        bf16_flops=71e12,
+        fp32_flops=35.6e12,
+        bandwidth=936e9,
+        peaks_source="NVIDIA Ampere GA102 whitepaper (tensor FP16/BF16, FP32 accumulate)",
+    ),
+    "4090": GpuModel(
+        "RTX 4090",
+        sm=(8, 9),
+        memory_bytes=_sold_as(24),
+        fp16_flops=165.2e12,
+        bf16_flops=165.2e12,
+        fp32_flops=82.6e12,
+        bandwidth=1008e9,
+        peaks_source="NVIDIA Ada Lovelace architecture whitepaper (tensor FP16/BF16, FP32 "
+        "accumulate)",
+    ),
 }
+# the names --gpu took before the cards above had their memory
+ALIASES = {"a100": "a100-40gb", "rtx-3090": "3090", "rtx-4090": "4090"}
+GPU_CHOICES = (*GPUS, *ALIASES)
+FROM_GPU = "from --gpu"  # a card's name when its memory is the GPU's
 
 
 @dataclass(frozen=True)
@@ -70,12 +182,12 @@ class Card:
     expandable_segments: bool = False
 
     def __post_init__(self) -> None:
-        if self.gpu not in GPUS:
-            raise ValueError(f"--gpu must be one of {', '.join(GPUS)}, got {self.gpu!r}")
+        if self.gpu not in GPU_CHOICES:
+            raise ValueError(f"--gpu must be one of {', '.join(GPU_CHOICES)}, got {self.gpu!r}")
 
     @property
     def model(self) -> GpuModel:
-        return GPUS[self.gpu]
+        return GPUS[ALIASES.get(self.gpu, self.gpu)]
 
     @property
     def context_bytes(self) -> int:
@@ -112,6 +224,28 @@ class Card:
             f"cuBLAS workspaces {self.workspace_bytes / 2**20:,.3g} MiB a thread)\n"
             f"CUDA context quoted, not measured: {self.context_source}{per_model}"
             + ("; held back: --reserve, assumed" if self.reserve_bytes else "")
+            + self._describe_gpu()
+        )
+
+    def _describe_gpu(self) -> str:
+        """A line on the GPU's compute capability and quoted peaks, where it has them."""
+        model = self.model
+        if model.sm is None:
+            return ""
+        peaks = [
+            f"{flops / 1e12:,.4g} TFLOP/s {name}"
+            for name, flops in (
+                ("fp16", model.fp16_flops),
+                ("bf16", model.bf16_flops),
+                ("fp32", model.fp32_flops),
+            )
+            if flops
+        ]
+        memory = model.memory_source or "the size it is sold as, read as GiB (as --card reads it)"
+        return (
+            f"\n{model.name}: compute capability {model.sm[0]}.{model.sm[1]}; quoted peaks, dense: "
+            f"{', '.join(peaks)}, {(model.bandwidth or 0) / 1e9:,.0f} GB/s ({model.peaks_source})"
+            + (f"; memory: {memory}" if self.name == FROM_GPU else "")
         )
 
 
@@ -129,12 +263,19 @@ def parse_bytes(text: str, default_unit: str = "gb") -> int:
 
 
 def parse_card(
-    card: str, reserve: str = "0", gpu: str = "any", expandable_segments: bool = False
+    card: str | None, reserve: str = "0", gpu: str = "any", expandable_segments: bool = False
 ) -> Card:
     """A card from ``--card 24GB``, ``--reserve 10%`` (of the card) or ``--reserve 1.5GB`` (held
     back besides the CUDA context; default none), ``--gpu h100`` (the model: its quoted context
-    and cuBLAS workspace) and ``--expandable-segments``."""
-    total = parse_bytes(card)
+    and cuBLAS workspace, its SDPA kernels, its memory when ``card`` is None; else 24GB) and
+    ``--expandable-segments``."""
+    gpu = gpu.strip().lower()
+    model = GPUS.get(ALIASES.get(gpu, gpu))
+    if card is None and model is not None and model.memory_bytes is not None:
+        card, total = FROM_GPU, model.memory_bytes
+    else:
+        card = card or "24GB"
+        total = parse_bytes(card)
     if total <= 0:
         raise ValueError(f"--card must be positive, got {card!r}")
     text = reserve.strip()
@@ -148,7 +289,7 @@ def parse_card(
         held = int(total * share / 100)
     else:
         held = parse_bytes(text)
-    result = Card(card.strip(), total, held, gpu.strip().lower(), expandable_segments)
+    result = Card(card.strip(), total, held, gpu, expandable_segments)
     if result.budget_bytes <= 0:
         raise ValueError(
             f"--reserve {reserve} and the CUDA context leave nothing of the {card} card"

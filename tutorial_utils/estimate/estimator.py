@@ -24,6 +24,7 @@ import torch
 import torch.nn as nn
 
 from tutorial_utils.estimate.card import Card, GiB
+from tutorial_utils.estimate.gpu_step import GpuRun, as_gpu_runs, gpu_run
 from tutorial_utils.estimate.models import (
     add_lora,
     build_causal_lm,
@@ -41,6 +42,7 @@ from tutorial_utils.measurement.tracker import MemoryLimitExceeded
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 PRECISIONS = ("fp32", "bf16", "fp16", "amp-bf16", "amp-fp16")
+QLORA = "nf4"  # a 4-bit base with LoRA (QLoRA), emulated by ``estimate.qlora``
 
 
 def cuda_autocast_precision() -> str:
@@ -53,6 +55,11 @@ def describe_precision(precision: str) -> str:
     """How each figure's step ran, in words."""
     if precision.startswith("amp-"):
         return f"fp32 weights, forward under autocast({precision[4:]}) (CUDA's cast policy)"
+    if precision == QLORA:
+        return (
+            "QLoRA: NF4 4-bit base as bitsandbytes stores it (double quantization, bf16 "
+            "compute), other weights fp32 (peft's prepare_model_for_kbit_training)"
+        )
     return f"pure {precision}: weights, gradients and activations in {precision}"
 
 
@@ -81,10 +88,14 @@ class Workload:
             raise ValueError(
                 f"batch and size must be at least 1 (2 tokens), got {self.batch}, {self.size}"
             )
-        if self.precision not in PRECISIONS:
+        if self.precision not in (*PRECISIONS, QLORA):
             raise ValueError(
-                f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}"
+                f"precision must be one of {', '.join(PRECISIONS)}, {QLORA}, got {self.precision!r}"
             )
+        if self.precision == QLORA and kind != "hf":
+            raise ValueError("nf4 (QLoRA) is for language models: use --hf-preset/config/model")
+        if self.precision == QLORA and not self.lora_rank:
+            raise ValueError("nf4 (QLoRA) trains LoRA adapters on a 4-bit base: add --lora RANK")
         if self.optimizer not in ("adamw", "sgd"):
             raise ValueError(f"optimizer must be adamw or sgd, got {self.optimizer!r}")
         if self.lora_rank < 0:
@@ -102,6 +113,8 @@ class Workload:
 
     @property
     def weight_dtype(self) -> torch.dtype:
+        if self.precision == QLORA:
+            return torch.bfloat16  # the checkpoint's dtype and the compute dtype
         return torch.float32 if self.precision.startswith("amp-") else DTYPES[self.precision]
 
     def autocast(self) -> EmulatedAutocast | None:
@@ -136,6 +149,15 @@ def load_config(name: str):
 def build_model(workload: Workload, device: str = "meta") -> nn.Module:
     """The workload's model (random weights; on meta by default), with LoRA if asked."""
     kind, _, name = workload.model.partition(":")
+    if workload.precision == QLORA:
+        if device != "meta":
+            raise ValueError(
+                "nf4 is emulated on the meta device; a real QLoRA step loads the model with "
+                "transformers' BitsAndBytesConfig (bitsandbytes)"
+            )
+        from tutorial_utils.estimate.qlora import build_qlora
+
+        return build_qlora(load_config(name), workload.lora_rank, workload.lora_targets or None)
     if kind == "hf":
         model = build_causal_lm(load_config(name), device, workload.weight_dtype)
     else:
@@ -260,6 +282,7 @@ class StrategyEstimate:
     largest: int | None = None  # longest sequence / largest batch that fits (None: not searched)
     trials: int = 0
     error: str | None = None  # why the step could not run this way (then ``report`` is None)
+    gpu: GpuRun | None = None  # the attention kernels it ran, its predicted seconds
 
 
 @dataclass
@@ -307,8 +330,10 @@ def estimate(
         if isinstance(outcome, str):  # why it could not run
             result.rows.append(StrategyEstimate(strategy, None, error=outcome))
         else:
-            report, predicted = outcome
-            result.rows.append(StrategyEstimate(strategy, report, predicted, fits=predicted.fits))
+            report, predicted, gpu = outcome
+            result.rows.append(
+                StrategyEstimate(strategy, report, predicted, fits=predicted.fits, gpu=gpu)
+            )
     measured = [row for row in result.rows if row.report is not None]
     base = next((row for row in measured if row.strategy.kind == "none"), None)
     for row in measured:
@@ -327,7 +352,7 @@ def estimate(
 
 
 _FORKED: tuple[nn.Module, Workload, Card] | None = None  # what forked workers dry-run
-Outcome = tuple[StepReport, AllocatorPrediction] | str
+Outcome = tuple[StepReport, AllocatorPrediction, GpuRun] | str
 
 
 def _outcome(model: nn.Module, workload: Workload, card: Card, strategy: Strategy) -> Outcome:
@@ -335,12 +360,13 @@ def _outcome(model: nn.Module, workload: Workload, card: Card, strategy: Strateg
     dropped after it: they are many), or why it could not run (selective checkpointing around
     an in-place op, say)."""
     try:
-        report = train_step(model, workload, strategy, record_allocations=True)
+        with gpu_run(card, workload.precision) as gpu:
+            report = train_step(model, workload, strategy, record_allocations=True)
     except RuntimeError as failure:
         return str(failure).splitlines()[0]
     assert report.allocations is not None
     predicted = predict_allocator(report.allocations, card)
-    return dataclasses.replace(report, allocations=None), predicted
+    return dataclasses.replace(report, allocations=None), predicted, gpu
 
 
 def _forked_outcome(strategy: Strategy) -> Outcome:
@@ -381,15 +407,16 @@ def search_largest(
     assert result.model is not None, "estimate() keeps the model it dry-ran"
     for row in result.rows:
         if row.report is not None:
-            row.largest, row.trials = largest_fit(
-                result.model,
-                result.workload,
-                row.strategy,
-                result.card.budget_bytes,
-                progress=progress,
-                max_size=max_size,
-                card=result.card,
-            )
+            with as_gpu_runs(result.card):
+                row.largest, row.trials = largest_fit(
+                    result.model,
+                    result.workload,
+                    row.strategy,
+                    result.card.budget_bytes,
+                    progress=progress,
+                    max_size=max_size,
+                    card=result.card,
+                )
     result.search_seconds = time.perf_counter() - started
     return result
 

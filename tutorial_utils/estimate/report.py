@@ -5,6 +5,7 @@ whether the step runs in the card, with the margin left."""
 from __future__ import annotations
 
 from tutorial_utils.estimate.estimator import Estimate, GiB, Workload, describe_precision
+from tutorial_utils.estimate.gpu_step import describe_rules, quoted_machine
 from tutorial_utils.estimate.strategies import OFFLOAD_NOTE
 from tutorial_utils.measurement.step import DRY_RUN_LABEL, StepReport
 from tutorial_utils.measurement.tracker import CATEGORIES
@@ -34,11 +35,20 @@ def estimate_table(result: Estimate) -> str:
     """The strategies side by side, headed by how the figures were obtained."""
     w = result.workload
     largest = "longest sequence" if w.is_language_model else "largest batch"
+    rate = "tokens/s" if w.is_language_model else "images/s"
+    widths = {c: max(len(CATEGORY_LABELS[c]), 6) for c in CATEGORIES}
     header = (
-        f"{'strategy':<24}"
-        + "".join(f" {CATEGORY_LABELS[c]:>11}" for c in CATEGORIES)
-        + f" {'tensors':>8} {'allocated':>9} {'reserved':>8} {'FLOPs vs none':>13}"
-        + f" {'fits':>4} {'margin':>7} {largest:>17}"
+        f"{'strategy':<24} {'attention':<13}"
+        + "".join(f" {CATEGORY_LABELS[c]:>{widths[c]}}" for c in CATEGORIES)
+        + f" {'tensors':>7} {'allocated':>9} {'reserved':>8} {'fixed':>5}"
+        + f" {'FLOPs':>5} {'fits':>4} {'margin':>6} {largest:>16} {'step s':>7} {rate:>8}"
+    )
+    machine = quoted_machine(result.card, w.precision)
+    time_line = (
+        f"step s, {rate}: {machine.source}; FLOPs: the step's over no checkpointing's"
+        if machine is not None
+        else "step s: no GPU named, no quoted peaks to predict it from (--gpu NAME); "
+        "FLOPs: the step's over no checkpointing's"
     )
     lines = [
         result.model_description,
@@ -51,14 +61,18 @@ def estimate_table(result: Estimate) -> str:
         "free-and-retry included; margin: the allocator's budget less the reserved peak "
         "(negative: what is missing)",
         result.card.describe(),
+        describe_rules(result.card),
+        "fixed: the card's memory outside the allocator (the CUDA context, --reserve)",
+        time_line,
         "",
         header,
     ]
+    fixed = (result.card.total_bytes - result.card.budget_bytes) / GiB
     for row in result.rows:
         if row.report is None:
             lines.append(f"{row.strategy.name:<24} {row.error or OFFLOAD_NOTE}")
             continue
-        cells = "".join(f" {row.report.breakdown[c] / GiB:>11,.2f}" for c in CATEGORIES)
+        cells = "".join(f" {row.report.breakdown[c] / GiB:>{widths[c]},.2f}" for c in CATEGORIES)
         flops = "-" if row.flops_ratio is None else f"{row.flops_ratio:.2f}"
         if row.largest is None:
             fit = "not searched"
@@ -66,6 +80,14 @@ def estimate_table(result: Estimate) -> str:
             fit = f"{row.largest:,} tokens" if row.largest else "none fits"
         else:
             fit = f"batch {row.largest:,}" if row.largest else "none fits"
+        seconds = row.gpu.predicted_seconds if row.gpu is not None else None
+        kernel = row.gpu.kernel if row.gpu is not None else "-"
+        step = "-" if seconds is None else f"{seconds:,.3g}"
+        throughput = (
+            "-"
+            if not seconds
+            else f"{w.batch * (w.size if w.is_language_model else 1) / seconds:,.0f}"
+        )
         allocator = row.allocator
         if allocator is None:
             predicted = f" {'-':>9} {'-':>8}"
@@ -77,8 +99,9 @@ def estimate_table(result: Estimate) -> str:
             )
             margin = f"{(allocator.margin_bytes or 0) / GiB:+,.2f}"
         lines.append(
-            f"{row.strategy.name:<24}{cells} {row.report.peak_bytes / GiB:>8,.2f}{predicted} "
-            f"{flops:>13} {'yes' if row.fits else 'no':>4} {margin:>7} {fit:>17}"
+            f"{row.strategy.name:<24} {kernel:<13}{cells} {row.report.peak_bytes / GiB:>7,.2f}"
+            f"{predicted} {fixed:>5.2f} {flops:>5} {'yes' if row.fits else 'no':>4} {margin:>6}"
+            f" {fit:>16} {step:>7} {throughput:>8}"
         )
     retried = [
         f"{row.strategy.name} ({row.allocator.retries})"

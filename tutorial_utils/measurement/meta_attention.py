@@ -33,6 +33,8 @@ import torch
 from torch.nn.attention import SDPBackend
 from torch.utils._python_dispatch import _disable_current_modes
 
+from tutorial_utils.measurement import gpu_attention
+
 FLASH = SDPBackend.FLASH_ATTENTION.value
 
 
@@ -64,12 +66,19 @@ def cpu_attention_backend(
 def _attention_on_meta(
     query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False
 ) -> torch.Tensor:
-    """``scaled_dot_product_attention`` for meta tensors, through the kernel a CPU would pick."""
+    """``scaled_dot_product_attention`` for meta tensors, through the kernel a CPU would pick
+    (or, inside ``gpu_attention.gpu_attention_rules``, the kernel that GPU would pick)."""
+    rules = gpu_attention.active_rules()
+    if rules is not None:
+        return gpu_attention.attention_on_meta(
+            rules, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
+        )
     if attn_mask is not None and attn_mask.dtype == torch.bool:  # as SDPA converts it first
         attn_mask = torch.where(attn_mask, 0.0, float("-inf")).to(query.dtype)
     choice = cpu_attention_backend(
         query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
     )
+    gpu_attention.note_kernel("cpu-flash" if choice == FLASH else "cpu-math")
     if choice == FLASH:
         flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
         return flash(query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]

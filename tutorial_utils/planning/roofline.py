@@ -24,7 +24,7 @@ from torch.utils._pytree import tree_leaves
 
 from tutorial_utils.checkpointing.segments import Segments, forward_segments
 from tutorial_utils.measurement.dry_run import on_meta
-from tutorial_utils.measurement.flops import FORMULAS
+from tutorial_utils.measurement.flops import FORMULAS, _formula_arguments
 from tutorial_utils.measurement.step import default_optimizer, prime_optimizer_state
 
 
@@ -95,7 +95,8 @@ class RooflineCounter(TorchDispatchMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         packet = func._overloadpacket
-        flops = int(FORMULAS[packet](*args, **kwargs, out_val=out)) if packet in FORMULAS else 0
+        counted = _formula_arguments(packet, args)  # grouped-query heads, as older torch needs
+        flops = int(FORMULAS[packet](*counted, **kwargs, out_val=out)) if packet in FORMULAS else 0
         # A view (detach, t, view) and an uninitialised allocation (empty) move no bytes;
         # charging them would also make the prediction depend on how many of them a torch
         # release's kernels emit (torch 2.9 emits twice as many detaches as 2.14).

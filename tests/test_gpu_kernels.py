@@ -1,0 +1,178 @@
+"""The SDPA kernel a GPU would pick, and what each kernel keeps for backward, hand-worked."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+
+from tutorial_utils.__main__ import main
+from tutorial_utils.estimate.card import parse_card
+from tutorial_utils.estimate.estimator import Workload, estimate
+from tutorial_utils.estimate.strategies import Strategy
+from tutorial_utils.measurement.gpu_attention import (
+    AttentionCall,
+    SdpaRules,
+    attention_on_meta,
+    choose_kernel,
+    gpu_attention_rules,
+    recording_kernels,
+)
+from tutorial_utils.measurement.meta_attention import dry_run_context
+
+T4, A10G, L4, A100, H100 = (7, 5), (8, 6), (8, 9), (8, 0), (9, 0)
+CUDNN_9_24 = 92400
+
+
+def call(dtype=torch.bfloat16, head_dim=128, **kw) -> AttentionCall:
+    fields = dict(seq_q=4096, seq_k=4096, batch=1, heads=32, is_causal=True) | kw
+    return AttentionCall(dtype, head_dim, head_dim, **fields)
+
+
+@pytest.mark.parametrize(
+    ("sm", "dtype", "head_dim", "kernel"),
+    [
+        (T4, torch.float16, 128, "efficient"),  # no flash before sm80
+        (T4, torch.float32, 128, "efficient"),
+        (T4, torch.bfloat16, 128, "math"),  # efficient takes bf16 from sm80 only
+        (T4, torch.float16, 100, "math"),  # fp16 head dims must be multiples of 8
+        (A100, torch.bfloat16, 128, "flash"),
+        (A100, torch.float32, 128, "efficient"),  # flash and cuDNN: fp16/bf16 only
+        (A10G, torch.bfloat16, 208, "efficient"),  # sm86 backward: flash needs <= 192
+        (A10G, torch.bfloat16, 256, "flash"),  # ... or > 224 without dropout
+        (H100, torch.bfloat16, 128, "cudnn"),  # cuDNN first on sm90 with cuDNN > 9.15
+        (H100, torch.bfloat16, 96 + 4, "flash"),  # cuDNN: multiples of 8; flash pads
+        (H100, torch.float32, 128, "efficient"),
+    ],
+)
+def test_kernel_choice_by_card_dtype_and_head_dim(sm, dtype, head_dim, kernel) -> None:
+    assert choose_kernel(SdpaRules(sm, CUDNN_9_24), call(dtype, head_dim)) == kernel
+
+
+def test_older_cudnn_leaves_hopper_on_flash_and_a_mask_leaves_flash() -> None:
+    assert choose_kernel(SdpaRules(H100, 91000), call()) == "flash"
+    assert choose_kernel(SdpaRules(A100, CUDNN_9_24), call(has_mask=True)) == "efficient"
+    assert choose_kernel(SdpaRules(A10G, CUDNN_9_24), call(head_dim=256, dropout_p=0.1)) == (
+        "efficient"
+    )
+    # CUDA 12 builds prefer cuDNN only on sm90/sm100/sm103 (minor 0 or 3)
+    assert not SdpaRules((10, 1), CUDNN_9_24, cuda_major=12).prefers_cudnn
+
+
+B, H, S, D = 2, 4, 100, 64  # S not a multiple of 32: efficient pads its log-sum-exp
+
+
+def saved_bytes(sm: tuple[int, int], dtype: torch.dtype) -> tuple[str, int]:
+    """(kernel, bytes autograd keeps) of one SDPA call on meta under ``sm``'s rules."""
+    q, k, v = (
+        torch.empty(B, H, S, D, dtype=dtype, device="meta", requires_grad=True) for _ in "qkv"
+    )
+    kept: dict[int, int] = {}  # by storage: two views of one tensor count once
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        kept[t.untyped_storage()._cdata] = t.untyped_storage().nbytes()
+        return t
+
+    with (
+        recording_kernels() as kernels,
+        torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t),
+    ):
+        attention_on_meta(SdpaRules(sm, CUDNN_9_24), q, k, v, is_causal=True)
+    return kernels[0], sum(kept.values())
+
+
+QKVO_BF16 = 4 * B * H * S * D * 2  # q, k, v and the output, 2 bytes each
+
+
+def test_saved_bytes_per_kernel_hand_worked() -> None:
+    # flash: q, k, v, out + float32 logsumexp [B, H, S] + RNG state (2 + 1 uint64)
+    assert saved_bytes(A100, torch.bfloat16) == ("flash", QKVO_BF16 + B * H * S * 4 + 3 * 8)
+    # cuDNN: q, k, v, out + float32 stats [B, H, S, 1] + seed and offset (int64)
+    assert saved_bytes(H100, torch.bfloat16) == ("cudnn", QKVO_BF16 + B * H * S * 4 + 2 * 8)
+    # memory-efficient: logsumexp padded to a multiple of 32 (100 -> 128) + seed and offset
+    assert saved_bytes(T4, torch.float16) == ("efficient", QKVO_BF16 + B * H * 128 * 4 + 2 * 8)
+    # math on a T4 in bf16: computed in float32, autograd keeps float32 copies of q, k and v
+    # (as [B*H, S, D] batches) and the S x S softmax; not the bf16 inputs nor the output
+    assert saved_bytes(T4, torch.bfloat16) == ("math", 3 * B * H * S * D * 4 + B * H * S * S * 4)
+
+
+def test_dry_run_of_sdpa_follows_the_active_rules() -> None:
+    q = torch.empty(1, 2, 64, 64, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    with dry_run_context(), recording_kernels() as kernels:
+        torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+        with gpu_attention_rules(SdpaRules(A100, CUDNN_9_24)):
+            torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+    assert kernels == ["cpu-flash", "flash"]
+
+
+@pytest.fixture
+def tiny_llama(tmp_path) -> str:
+    """A Llama config.json at a CPU's size: head dim 16, grouped-query (4 heads, 2 kv)."""
+    fields = {
+        "model_type": "llama",
+        "vocab_size": 500,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 256,
+    }
+    path = tmp_path / "llama.json"
+    path.write_text(json.dumps(fields))
+    return str(path)
+
+
+def rows_of(out: str) -> dict[str, list[str]]:
+    """The table's rows by strategy: the cells after the name, split on two spaces or more."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("strategy "))
+    rows = {}
+    for line in lines[start + 1 :]:
+        for name in ("none", "every block"):
+            if line.startswith(name + " "):
+                rows[name] = re.split(r"\s{2,}|\s(?=[-+\d])", line[24:].strip())
+    return rows
+
+
+def test_t4_and_h100_rows_differ_and_name_their_kernels(tiny_llama, capsys) -> None:
+    arguments = ["estimate", "--hf-config", tiny_llama, "--seq", "128", "--no-search"]
+    arguments += ["--strategies", "none,every-block", "--jobs", "1"]
+    outs = {}
+    for gpu in ("t4", "h100", "cpu"):
+        assert main([*arguments, "--gpu", gpu]) == 0
+        outs[gpu] = capsys.readouterr().out
+    t4, h100, cpu = (rows_of(outs[gpu])["none"] for gpu in ("t4", "h100", "cpu"))
+    assert t4[0] == "math S x S" and h100[0] == "cuDNN" and cpu[0] == "CPU flash"
+    assert t4 != h100
+    assert "card from --gpu (T4) = 14.8 GiB" in outs["t4"]  # the card's memory, no --card
+    assert "predicted at 50% of the quoted peaks" in outs["h100"]
+    assert "no quoted peaks" in outs["cpu"] and "CPU's SDPA kernel choice" in outs["cpu"]
+
+
+def test_predicted_time_grows_with_recompute(tiny_llama) -> None:
+    workload = Workload(f"hf:{tiny_llama}", size=128, precision="bf16")
+    card = parse_card(None, gpu="h100")
+    result = estimate(workload, [Strategy("none"), Strategy("every-block")], card, search=False)
+    none, every = (row.gpu for row in result.rows)
+    assert none is not None and every is not None
+    assert none.predicted_seconds is not None and every.predicted_seconds is not None
+    assert every.predicted_seconds > none.predicted_seconds
+    assert none.kernels == ["cudnn", "cudnn"]  # one call per block
+    assert every.kernels == ["cudnn"] * 4  # ... and each again when its block recomputes
+
+
+def test_a_t4_keeps_more_than_an_h100_for_the_same_model(tiny_llama) -> None:
+    """bf16 on a T4 runs the math path, which keeps S x S matrices; cuDNN on an H100 does not."""
+    workload = Workload(f"hf:{tiny_llama}", size=128, precision="bf16")
+    kept = {}
+    for gpu in ("t4", "h100"):
+        (row,) = estimate(
+            workload, [Strategy("none")], parse_card("8GB", gpu=gpu), search=False
+        ).rows
+        assert row.report is not None
+        kept[gpu] = row.report.activation_peak_bytes
+    # the math path's float32 S x S softmax [1, 4, 128, 128], one per block (2) at least
+    assert kept["t4"] - kept["h100"] >= 2 * 4 * 128 * 128 * 4

@@ -1,0 +1,103 @@
+"""A dry run as the chosen GPU would run it: its attention kernels and its predicted step time.
+
+``--gpu`` names a card (``card.GPUS``): its compute capability decides which SDPA kernel each
+attention call runs (``measurement.gpu_attention``'s rules for the installed torch), so the dry
+run keeps what that kernel keeps; its quoted peak FLOP/s and bandwidth, at an assumed share
+(``EFFICIENCY``), turn the dry run's ops into seconds by the project's roofline
+(``planning.roofline``: each op charged the larger of its FLOPs over the peak and its bytes
+moved over the bandwidth). The seconds are a prediction, never a measurement: ops are charged
+one at a time (no overlap, no cache reuse), and the efficiency is an assumption.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from tutorial_utils.estimate.card import Card
+from tutorial_utils.measurement.gpu_attention import (
+    TORCH_RULES_VERSION,
+    SdpaRules,
+    describe_kernels,
+    gpu_attention_rules,
+    recording_kernels,
+)
+from tutorial_utils.planning.roofline import Machine, RooflineCounter
+
+EFFICIENCY = 0.5  # assumed share of the quoted peaks a training step's ops reach
+
+
+def sdpa_rules(card: Card) -> SdpaRules | None:
+    """The SDPA rules of the card's GPU under the installed torch; None: the CPU's kernels."""
+    sm = card.model.sm
+    return None if sm is None else SdpaRules.installed(sm)
+
+
+def describe_rules(card: Card) -> str:
+    """Whose kernels the dry run's attention follows, in one line."""
+    rules = sdpa_rules(card)
+    if rules is None:
+        return "attention: the CPU's SDPA kernel choice (no GPU named; --gpu NAME for a GPU's)"
+    cudnn = rules.cudnn_version
+    installed = f"cuDNN {cudnn // 10000}.{cudnn // 100 % 100}" if cudnn else "no cuDNN"
+    return (
+        f"attention: the SDPA kernel a {card.model.name} (sm{rules.sm[0]}{rules.sm[1]}) picks "
+        f"by torch {TORCH_RULES_VERSION}'s sdp_utils rules, with this torch's {installed}; "
+        "the dry run keeps what that kernel keeps for backward"
+    )
+
+
+def quoted_machine(card: Card, precision: str) -> Machine | None:
+    """The card's quoted peaks for the step's compute precision, at ``EFFICIENCY``; None
+    without quoted figures (no GPU named)."""
+    model = card.model
+    if model.bandwidth is None or model.fp32_flops is None:
+        return None
+    compute = precision.removeprefix("amp-")
+    flops = {"fp16": model.fp16_flops, "bf16": model.bf16_flops}.get(compute, model.fp32_flops)
+    which = f"{compute} tensor cores, dense" if compute != "fp32" else "fp32"
+    if flops is None:  # bf16 on a card without bf16 tensor cores (a T4)
+        flops, which = model.fp32_flops, "fp32: no bf16 tensor cores"
+    return Machine(
+        name=model.name,
+        flops_per_second=flops * EFFICIENCY,
+        bytes_per_second=model.bandwidth * EFFICIENCY,
+        source=(
+            f"predicted at {EFFICIENCY:.0%} of the quoted peaks: {flops / 1e12:,.4g} TFLOP/s "
+            f"({which}), {model.bandwidth / 1e9:,.0f} GB/s; {model.peaks_source}"
+        ),
+    )
+
+
+@dataclass
+class GpuRun:
+    """What a dry run did on the chosen GPU: the attention kernels it ran and, with quoted
+    peaks, its predicted seconds."""
+
+    kernels: list[str] = field(default_factory=list)
+    predicted_seconds: float | None = None
+
+    @property
+    def kernel(self) -> str:
+        return describe_kernels(self.kernels)
+
+
+@contextlib.contextmanager
+def as_gpu_runs(card: Card) -> Iterator[None]:
+    """Inside it, dry runs' attention follows the card's GPU (the CPU's with none named)."""
+    with gpu_attention_rules(sdpa_rules(card)):
+        yield
+
+
+@contextlib.contextmanager
+def gpu_run(card: Card, precision: str) -> Iterator[GpuRun]:
+    """One dry run on ``card``: fills in the kernels it ran and its predicted seconds."""
+    run = GpuRun()
+    machine = quoted_machine(card, precision)
+    counter = RooflineCounter(machine) if machine is not None else None
+    with as_gpu_runs(card), recording_kernels() as kernels:
+        with counter if counter is not None else contextlib.nullcontext():
+            yield run
+    run.kernels = list(kernels)
+    run.predicted_seconds = None if counter is None else counter.seconds

@@ -1,0 +1,297 @@
+"""Which SDPA kernel a GPU would run, and a dry run that keeps what that kernel keeps.
+
+On a CUDA tensor ``scaled_dot_product_attention`` picks its kernel at run time
+(``select_sdp_backend``) by the card's compute capability, the dtype, the head dimension, the mask
+and dropout, and what the installed torch and cuDNN support; each kernel saves different tensors
+for backward. A dry run on the meta device cannot ask (there is no card), so ``choose_kernel``
+replays the rules, read from PyTorch's source for torch 2.14 (the version this project pins):
+
+* ``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp``: the priority order (flash,
+  memory-efficient, math, cuDNN; cuDNN moved first by ``check_prefer_cudnn_attention`` on sm90 and
+  sm10x when the runtime cuDNN is newer than 9.15, which torch 2.14's CUDA 13 wheel ships: 9.24)
+  and each backend's ``check_*`` filters used below;
+* ``aten/src/ATen/Context.h``: the default order ``flash, efficient, math, cudnn``;
+* ``tools/autograd/derivatives.yaml``: what each kernel's backward keeps. Every kernel keeps
+  q, k, v and its output, plus: flash a float32 log-sum-exp [B, H, S] and its RNG state (two
+  uint64 tensors); memory-efficient a float32 log-sum-exp [B, H, S rounded up to 32] and a philox
+  seed and offset; cuDNN float32 statistics [B, H, S, 1] and a seed and offset; the math path
+  is made of ordinary ops, so autograd keeps its S x S attention weights (in float32 for fp16
+  and bf16 inputs: it computes in float32).
+
+The filters reproduced are those that a dense training step can fail: the architecture range,
+dtype, head dimension (size, alignment, the sm86/89/120 backward limit), a mask (flash takes
+none), causal with unequal lengths, cuDNN's dropout resolution and shape limits. Not reproduced:
+nested tensors, ROCm, user switches (``torch.backends.cuda.enable_*_sdp``), deterministic mode,
+storage offsets (q, k, v are assumed aligned, as a projection's views are).
+
+``attention_on_meta`` runs the chosen kernel's own meta function (``_scaled_dot_product_
+flash_attention`` and the others have one), so autograd saves exactly the tensors above;
+``gpu_attention_rules`` turns it on for dry runs (``meta_attention`` asks ``active_rules``), and
+``recording_kernels`` lists the kernels a step ran.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+KERNELS = ("flash", "efficient", "cudnn", "math")
+KERNEL_LABELS = {  # short: a table's column
+    "flash": "flash",
+    "efficient": "mem-efficient",
+    "cudnn": "cuDNN",
+    "math": "math S x S",
+    "cpu-flash": "CPU flash",
+    "cpu-math": "CPU math SxS",
+}
+TORCH_RULES_VERSION = "2.14"  # the torch whose sdp_utils.cpp the rules were read from
+
+
+def runtime_cudnn_version() -> int:
+    """The cuDNN the installed torch would load (e.g. 92400 for 9.24), 0 without one; readable
+    without a GPU."""
+    try:
+        return int(torch.backends.cudnn.version() or 0)
+    except (RuntimeError, OSError):
+        return 0
+
+
+@dataclass(frozen=True)
+class SdpaRules:
+    """What the kernel choice depends on besides the tensors: the card's compute capability
+    and the installed torch's CUDA and cuDNN."""
+
+    sm: tuple[int, int]
+    cudnn_version: int = 0
+    cuda_major: int = 13
+
+    @classmethod
+    def installed(cls, sm: tuple[int, int]) -> SdpaRules:
+        """The rules for a card of compute capability ``sm`` under the installed torch."""
+        cuda = torch.version.cuda or "13.0"
+        return cls(sm, runtime_cudnn_version(), int(cuda.split(".")[0]))
+
+    @property
+    def prefers_cudnn(self) -> bool:
+        """``check_prefer_cudnn_attention``: cuDNN first on sm90 and sm10x with cuDNN > 9.15
+        (CUDA 12 builds: only minor versions 0 and 3)."""
+        major, minor = self.sm
+        if self.cudnn_version <= 91500 or major not in (9, 10):
+            return False
+        return self.cuda_major >= 13 or minor in (0, 3)
+
+    def order(self) -> tuple[str, ...]:
+        if self.prefers_cudnn:
+            return ("cudnn", "flash", "efficient", "math")
+        return ("flash", "efficient", "math", "cudnn")
+
+
+@dataclass(frozen=True)
+class AttentionCall:
+    """The facts of one SDPA call the filters read."""
+
+    dtype: torch.dtype
+    head_dim_qk: int
+    head_dim_v: int
+    seq_q: int
+    seq_k: int
+    batch: int
+    heads: int
+    has_mask: bool = False
+    dropout_p: float = 0.0
+    is_causal: bool = False
+    requires_grad: bool = True
+
+    @classmethod
+    def of(cls, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False) -> AttentionCall:
+        return cls(
+            query.dtype,
+            query.shape[-1],
+            value.shape[-1],
+            query.shape[-2],
+            key.shape[-2],
+            query.shape[0],
+            query.shape[1],
+            attn_mask is not None,
+            dropout_p,
+            is_causal,
+            torch.is_grad_enabled()
+            and any(t.requires_grad for t in (query, key, value) if t is not None),
+        )
+
+
+def _in_range(sm: tuple[int, int], low: tuple[int, int], high: tuple[int, int]) -> bool:
+    return low <= sm <= high
+
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def can_use_flash(rules: SdpaRules, call: AttentionCall) -> bool:
+    """``can_use_flash_attention``: sm80-sm121, fp16/bf16, no mask, equal head dims <= 256,
+    no causal mask over unequal lengths, and the sm86/89/120 backward limit."""
+    d = call.head_dim_qk
+    if not _in_range(rules.sm, (8, 0), (12, 1)) or call.dtype not in _HALF or call.has_mask:
+        return False
+    if d != call.head_dim_v or d > 256:
+        return False
+    if call.is_causal and call.seq_q != call.seq_k:
+        return False
+    consumer = _in_range(rules.sm, (8, 6), (8, 9)) or _in_range(rules.sm, (12, 0), (12, 1))
+    if call.requires_grad and consumer:
+        return d <= 192 or (call.dropout_p == 0.0 and d > 224)
+    return True
+
+
+def _gemm_alignment(rules: SdpaRules, dtype: torch.dtype) -> int:
+    """``minimum_gemm_alignment``: the head dimension's required multiple."""
+    half = dtype in _HALF
+    tensor_cores = rules.sm[0] >= 8 or (rules.sm[0] >= 7 and half)
+    alignment = 4 if rules.sm[0] >= 8 else 1
+    return max(alignment, 128 // (16 if half else 32)) if tensor_cores else alignment
+
+
+def can_use_efficient(rules: SdpaRules, call: AttentionCall) -> bool:
+    """``can_use_mem_efficient_attention``: sm50-sm121; fp16/fp32 (bf16 too from sm80); head
+    dims equal for q and k and multiples of the GEMM alignment; masks and dropout accepted."""
+    if not _in_range(rules.sm, (5, 0), (12, 1)):
+        return False
+    dtypes = (torch.float16, torch.float32) + ((torch.bfloat16,) if rules.sm[0] >= 8 else ())
+    if call.dtype not in dtypes:
+        return False
+    alignment = _gemm_alignment(rules, call.dtype)
+    return call.head_dim_qk % alignment == 0 and call.head_dim_v % alignment == 0
+
+
+def can_use_cudnn(rules: SdpaRules, call: AttentionCall) -> bool:
+    """``can_use_cudnn_attention``: cuDNN 9 or newer, sm80-sm121, fp16/bf16, dropout a multiple
+    of 1/16, batch and heads <= 65535, head dims multiples of 8 and <= 128 (256 on sm90/sm10x
+    with cuDNN > 9.22; backward then takes <= 128, 192/128 or 256/256), key length not 1."""
+    v = rules.cudnn_version
+    if v < 90000 or (call.dropout_p > 0 and 91100 < v < 91400):
+        return False
+    if not _in_range(rules.sm, (8, 0), (12, 1)) or call.dtype not in _HALF:
+        return False
+    if call.dropout_p * 16 != math.floor(call.dropout_p * 16):
+        return False
+    if call.batch > 65535 or call.heads > 65535 or call.seq_k == 1:
+        return False
+    dq, dv = call.head_dim_qk, call.head_dim_v
+    hopper_like = rules.sm == (9, 0) or rules.sm[0] == 10
+    d256 = hopper_like and v > 92200 and not (rules.sm == (10, 7) and v <= 92500)
+    limit = 256 if d256 else (192 if hopper_like and v >= 91100 and (dq, dv) == (192, 128) else 128)
+    if dq > limit or dv > limit or dq % 8 or dv % 8:
+        return False
+    if d256 and call.requires_grad:
+        return (dq <= 128 and dv <= 128) or (dq, dv) in ((192, 128), (256, 256))
+    return True
+
+
+_CHECKS = {"flash": can_use_flash, "efficient": can_use_efficient, "cudnn": can_use_cudnn}
+
+
+def choose_kernel(rules: SdpaRules, call: AttentionCall) -> str:
+    """``select_sdp_backend``: the first kernel in the priority order whose filters pass."""
+    for kernel in rules.order():
+        if kernel == "math" or _CHECKS[kernel](rules, call):
+            return kernel
+    return "math"
+
+
+def attention_on_meta(
+    rules: SdpaRules,
+    query,
+    key,
+    value,
+    attn_mask=None,
+    dropout_p=0.0,
+    is_causal=False,
+    scale=None,
+    enable_gqa=False,
+) -> torch.Tensor:
+    """``scaled_dot_product_attention`` on meta tensors through the kernel the card would run
+    (as ``attention.cpp`` calls it: flash pads head dims to a multiple of 8; a boolean mask
+    becomes an additive one)."""
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        attn_mask = torch.where(attn_mask, 0.0, float("-inf")).to(query.dtype)
+    kernel = choose_kernel(
+        rules, AttentionCall.of(query, key, value, attn_mask, dropout_p, is_causal)
+    )
+    _note(kernel)
+    aten = torch.ops.aten
+    needs_lse = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
+    if kernel == "flash":
+        size = query.shape[-1]
+        padded = [F.pad(t, (0, -size % 8)) if size % 8 else t for t in (query, key, value)]
+        scale = scale if scale is not None else 1 / math.sqrt(size)
+        out = aten._scaled_dot_product_flash_attention(*padded, dropout_p, is_causal, scale=scale)[
+            0
+        ]
+        return out[..., :size] if size % 8 else out
+    if kernel == "efficient":
+        return aten._scaled_dot_product_efficient_attention(
+            query, key, value, attn_mask, needs_lse, dropout_p, is_causal, scale=scale
+        )[0]
+    if kernel == "cudnn":
+        return aten._scaled_dot_product_cudnn_attention(
+            query, key, value, attn_mask, needs_lse, dropout_p, is_causal, scale=scale
+        )[0]
+    return aten._scaled_dot_product_attention_math(
+        query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa
+    )[0]
+
+
+# Process-wide, not per thread: checkpoints recompute attention in autograd's threads, and a
+# forked worker inherits what its parent set.
+_ACTIVE: list[SdpaRules] = []
+_RECORDED: list[list[str]] = []
+
+
+def active_rules() -> SdpaRules | None:
+    """The GPU rules dry runs follow now, or None (a CPU's kernels)."""
+    return _ACTIVE[-1] if _ACTIVE else None
+
+
+@contextlib.contextmanager
+def gpu_attention_rules(rules: SdpaRules | None) -> Iterator[None]:
+    """Inside it, dry runs' attention runs the kernel ``rules`` choose (None: the CPU's)."""
+    if rules is None:
+        yield
+        return
+    _ACTIVE.append(rules)
+    try:
+        yield
+    finally:
+        _ACTIVE.pop()
+
+
+def _note(kernel: str) -> None:
+    for kernels in _RECORDED:
+        kernels.append(kernel)
+
+
+def note_kernel(kernel: str) -> None:
+    """Record a kernel a dry run ran (``meta_attention`` notes the CPU's)."""
+    _note(kernel)
+
+
+@contextlib.contextmanager
+def recording_kernels() -> Iterator[list[str]]:
+    """A list that fills with the attention kernels run inside it, one name per call."""
+    kernels: list[str] = []
+    _RECORDED.append(kernels)
+    try:
+        yield kernels
+    finally:
+        _RECORDED.remove(kernels)
+
+
+def describe_kernels(kernels: list[str]) -> str:
+    """The kernels a step ran, in words ("-" for none: a model without SDPA)."""
+    names = list(dict.fromkeys(kernels))
+    return "+".join(KERNEL_LABELS.get(name, name) for name in names) if names else "-"
