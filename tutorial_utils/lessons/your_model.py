@@ -144,7 +144,7 @@ class YourModelPanel:
             "card": widgets.Dropdown(
                 options=CARDS, value="24GB", description="card", layout=wide_layout()
             ),
-            "reserve_percent": int_slider("reserve: % of the card (assumed)", 10, 0, 50),
+            "reserve_percent": int_slider("held back: % of the card (assumed)", 0, 0, 50),
         }
         self.panel = RunPanel(controls, self.compute, title="Will it fit?")
         self.widget = self.panel.widget
