@@ -248,12 +248,14 @@ def add_lora(
     targets: Sequence[str] | None = None,
     *,
     start_trained: bool = False,
+    custom_modules: dict[type[nn.Module], type[nn.Module]] | None = None,
 ) -> nn.Module:
     """LoRA adapters (``peft``, alpha = 2 x rank) on a frozen base: only the adapters train.
 
     ``peft`` keeps the adapters in float32 on a 16-bit base (its default). It starts every
     adapter's B at zero, which makes A's first gradient exactly zero; ``start_trained`` draws B
     as after some training, so every adapter has a gradient (for comparing gradients).
+    ``custom_modules`` maps base layer types peft does not know to their LoRA layers.
     """
     from peft import LoraConfig, get_peft_model
 
@@ -266,6 +268,8 @@ def add_lora(
     if missing:
         raise ValueError(f"no module named {', '.join(missing)} in {type(model).__name__}")
     config = LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=targets, lora_dropout=0.0)
+    if custom_modules:
+        config._register_custom_module(custom_modules)
     device = next(model.parameters()).device
     with warnings.catch_warnings(), torch.device(device):
         warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated")
@@ -324,9 +328,12 @@ def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
 
 
 def describe_model(model: nn.Module) -> str:
-    total = sum(p.numel() for p in model.parameters())
+    packed = [p for p in model.parameters() if p.dtype == torch.uint8]  # 4-bit, two a byte
+    total = sum(p.numel() for p in model.parameters()) + sum(p.numel() for p in packed)
     trained = sum(p.numel() for p in trainable_parameters(model))
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    if packed:
+        dtype = f"4-bit NF4 in {len(packed)} linear layers, the rest {dtype}"
     base = cast(Any, model).get_base_model() if hasattr(model, "get_base_model") else model
     return (
         f"{type(base).__name__}: {total / 1e6:,.1f} M parameters ({trained / 1e6:,.2f} M "

@@ -1,0 +1,212 @@
+"""QLoRA (``--precision nf4``): the meta emulation of ``estimate.qlora`` against real
+``bitsandbytes`` on the CPU.
+
+The real side is what people run: ``from_pretrained`` with ``BitsAndBytesConfig`` (NF4, double
+quantization, bf16 compute), ``prepare_model_for_kbit_training`` and peft's LoRA, one training
+step measured by the project's tracker. Two differences are expected and asserted exactly:
+
+* bitsandbytes keeps each layer's quantization state (absmax, second-level absmax, offset, code
+  tables) beside the weight, not as a buffer, so the tracker does not see it in the real model;
+  the emulation holds the same tensors as buffers. real + quantization state = dry.
+* AdamW's float32 step counters sit on the CPU (4 bytes per trained tensor; see
+  ``test_estimate.py``): a CPU step counts them, a dry run does not, as a CUDA step does not.
+
+What a CPU step cannot show: inside its one op (``bitsandbytes::gemm_4bit``) the forward
+dequantizes the weight, which a dispatch-level tracker never sees. The dry run allocates it
+visibly, as CUDA does for more than 1,536 tokens; the peaks here are in the backward, where
+bitsandbytes dequantizes in Python and the tracker sees every tensor, and they agree to the byte.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import warnings
+
+import pytest
+import torch
+
+from tutorial_utils.__main__ import main
+from tutorial_utils.estimate.estimator import Workload, build_model, load_config, train_step
+from tutorial_utils.estimate.qlora import (
+    Linear4bitOnMeta,
+    QuantizedStorage,
+    quantized_storage_bytes,
+)
+from tutorial_utils.estimate.strategies import parse_strategy
+
+# bitsandbytes 0.50 publishes wheels for Linux (x86_64, aarch64), Windows and macOS arm64; none
+# for macOS on Intel, so there (only) the real steps are skipped.
+NO_WHEEL = platform.system() == "Darwin" and platform.machine() == "x86_64"
+needs_bitsandbytes = pytest.mark.skipif(
+    NO_WHEEL, reason="bitsandbytes publishes no wheel for macOS x86_64: no real 4-bit step here"
+)
+ADAM_STEP_BYTES = 4
+RANK, TARGETS = 4, ("q_proj", "v_proj")
+TINY_LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 192,  # 192 x 320 weights: 960 blocks, not a multiple of 256
+    "intermediate_size": 320,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 3,
+    "num_key_value_heads": 1,
+    "vocab_size": 500,
+    "max_position_embeddings": 256,
+    "bos_token_id": 0,
+    "eos_token_id": 0,
+}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def tiny_llama(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(TINY_LLAMA))
+    return str(path)
+
+
+def bitsandbytes_config():
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=torch.bfloat16,
+    )
+
+
+def real_storage(layer) -> QuantizedStorage:
+    """The bytes a real ``bnb.nn.Linear4bit`` keeps, read off its tensors."""
+    state = layer.weight.quant_state
+
+    def nbytes(tensor: torch.Tensor) -> int:
+        return tensor.untyped_storage().nbytes()
+
+    return QuantizedStorage(
+        weight=nbytes(layer.weight),
+        absmax=nbytes(state.absmax),
+        nested_absmax=nbytes(state.state2.absmax),
+        offset=nbytes(state.offset),
+        code=nbytes(state.code),
+        nested_code=nbytes(state.state2.code),
+    )
+
+
+@needs_bitsandbytes
+def test_one_layer_stores_what_bitsandbytes_stores():
+    """NF4 with double quantization of a 320 x 192 weight: 30,720 bytes packed, 960 uint8
+    absmax, 4 float32 second-level absmax (960 / 256, rounded up), a float32 offset, the NF4
+    table (16 float32) and a copy of the 256-entry dynamic table."""
+    import bitsandbytes as bnb
+
+    torch.manual_seed(0)
+    real = bnb.nn.Linear4bit(
+        192, 320, bias=False, compute_dtype=torch.bfloat16, quant_type="nf4"
+    ).to(torch.bfloat16)
+    real = real.to("cpu")  # quantizes, as .to(device) does on a GPU
+    expected = QuantizedStorage(30_720, 960, 16, 4, 64, 1024)
+    assert real_storage(real) == quantized_storage_bytes(320, 192) == expected
+    with torch.device("meta"):
+        emulated = Linear4bitOnMeta(torch.nn.Linear(192, 320, bias=False))
+    assert emulated.weight.shape == real.weight.shape and emulated.weight.dtype == torch.uint8
+    held = sum(t.untyped_storage().nbytes() for t in [*emulated.parameters(), *emulated.buffers()])
+    assert held == expected.total
+
+
+def real_qlora(config_path: str, tmp_path):
+    """The recipe people run, on the CPU: a checkpoint loaded in 4 bits, prepared, LoRA."""
+    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+    from transformers import AutoModelForCausalLM
+
+    config = load_config(config_path)
+    config.use_cache = False
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).save_pretrained(tmp_path)
+    model = AutoModelForCausalLM.from_pretrained(
+        tmp_path,
+        quantization_config=bitsandbytes_config(),
+        device_map="cpu",
+        dtype=torch.bfloat16,
+        attn_implementation="sdpa",
+    )
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated")
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+    lora = LoraConfig(r=RANK, lora_alpha=2 * RANK, target_modules=list(TARGETS), lora_dropout=0.0)
+    return get_peft_model(model, lora)
+
+
+def quantization_state_bytes(model) -> int:
+    """What bitsandbytes keeps beside its 4-bit weights (every storage once)."""
+    import bitsandbytes as bnb
+
+    storages = {}
+    for module in model.modules():
+        if isinstance(module, bnb.nn.Linear4bit):
+            state = module.weight.quant_state
+            for tensor in (state.absmax, state.offset, state.code, *state.state2.__dict__.values()):
+                if isinstance(tensor, torch.Tensor):
+                    storages[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage()
+    return sum(storage.nbytes() for storage in storages.values())
+
+
+@needs_bitsandbytes
+@pytest.mark.parametrize("strategy", ["none", "selective"])
+def test_dry_run_equals_a_real_cpu_qlora_step(tiny_llama, tmp_path, strategy):
+    """Selective checkpointing saves matmul outputs: bitsandbytes' 4-bit product is one op of
+    its own, not ``aten.mm``, so both recompute it."""
+    import bitsandbytes as bnb
+
+    workload = Workload(
+        f"hf:{tiny_llama}", batch=2, size=64, precision="nf4", lora_rank=RANK, lora_targets=TARGETS
+    )
+    dry_model = build_model(workload)
+    real_model = real_qlora(tiny_llama, tmp_path)
+
+    def quantized(model, kind) -> set[str]:
+        return {n.removeprefix("base_model.model.") for n, m in model.named_modules()
+                if isinstance(m, kind)}  # fmt: skip
+
+    assert quantized(dry_model, Linear4bitOnMeta) == quantized(real_model, bnb.nn.Linear4bit)
+    state_bytes = quantization_state_bytes(real_model)
+    assert state_bytes == 2 * 7 * (64 + 4 + 1024) + 2 * (
+        sum(b + 4 * -(-b // 256) for b in (576, 192, 192, 576, 960, 960, 960))
+    )  # 7 layers a block, 2 blocks: tables and offset, absmax, second-level absmax
+    trained = sum(1 for p in real_model.parameters() if p.requires_grad)
+    real = train_step(real_model, workload, parse_strategy(strategy))
+    dry = train_step(dry_model, workload, parse_strategy(strategy))
+    assert real.peak_bytes + state_bytes - dry.peak_bytes == ADAM_STEP_BYTES * trained
+    assert real.breakdown["activations"] == dry.breakdown["activations"]
+    assert real.breakdown["parameters"] + state_bytes == dry.breakdown["parameters"]
+
+
+def test_the_command_prints_qlora_rows(tiny_llama, capsys):
+    arguments = ["estimate", "--hf-config", tiny_llama, "--seq", "64", "--precision", "nf4"]
+    arguments += ["--lora", "4", "--strategies", "none,every-block", "--card", "1GB"]
+    assert main([*arguments, "--no-search"]) == 0
+    out = capsys.readouterr().out
+    assert "4-bit NF4 in 14 linear layers" in out and "QLoRA: NF4 4-bit base" in out
+    rows = [line.split() for line in out.splitlines() if line.startswith(("none", "every"))]
+    assert [row[0] for row in rows] == ["none", "every"]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--hf-config", "CONFIG", "--precision", "nf4"], "add --lora RANK"),
+        (["--torchvision", "resnet18", "--precision", "nf4", "--lora", "4"], "language models"),
+    ],
+)
+def test_nf4_needs_a_language_model_and_lora(tiny_llama, arguments, message, capsys):
+    arguments = [tiny_llama if a == "CONFIG" else a for a in arguments]
+    assert main(["estimate", *arguments, "--no-search"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and message in err
