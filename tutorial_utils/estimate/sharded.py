@@ -6,7 +6,8 @@ group of ``world_size`` ranks (``measurement.fake_ranks``), so the sharding is P
 * **FSDP2**: the real ``fully_shard`` on every repeated block, then on the root, as notebook 05
   and torchtitan do. Each rank keeps its (padded) shard of the parameters, gradients and
   optimizer state; a block's parameters are all-gathered just before it runs and, with
-  ``reshard_after_forward``, freed after its forward and gathered again for its backward;
+  ``reshard_after_forward`` (PyTorch's default: every module but the root), freed after its
+  forward and gathered again for its backward;
   gradients are reduce-scattered. ``ShardedStepTracker`` follows the storages FSDP2 resizes.
 * **DDP**: every rank holds the whole model, its gradients and optimizer state, plus DDP's
   gradient buckets. Real DDP cannot be built on fake tensors (its constructor reads parameter
@@ -106,7 +107,7 @@ def rank_step(
     world_size: int,
     shard: Shard,
     checkpointing: Callable[[nn.Module], contextlib.AbstractContextManager] | None = None,
-    reshard_after_forward: bool = True,
+    reshard_after_forward: bool | None = None,
     follow_resizes: bool = True,
 ) -> RankReport:
     """Rank 0's training step among ``world_size``, on fake tensors over the fake process group.
@@ -133,9 +134,12 @@ def rank_step(
                 bucket_bytes: list[int] = []
                 if shard == "fsdp2":
                     fully_shard = _fully_shard()
+                    options: dict[str, Any] = {"mesh": mesh}
+                    if reshard_after_forward is not None:  # else PyTorch's default
+                        options["reshard_after_forward"] = reshard_after_forward
                     for block in blocks(model):
-                        fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward)
-                    fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward)
+                        fully_shard(block, **options)
+                    fully_shard(model, **options)
                 else:
                     trained = [p for p in model.parameters() if p.requires_grad]
                     bucket_bytes = ddp_bucket_sizes(trained)
@@ -249,7 +253,7 @@ def rank_table(
     from tutorial_utils.estimate.report import describe_workload
 
     how = {
-        "fsdp2": "FSDP2 fully_shard on every block, then the root (reshard after forward)",
+        "fsdp2": "FSDP2 fully_shard on every block, then the root (PyTorch's default resharding)",
         "ddp": f"DDP (gradient buckets: first 1 MiB, then {DDP_BUCKET_CAP_MB} MiB)",
     }[shard]
     lines = [
