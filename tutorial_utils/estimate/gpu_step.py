@@ -42,7 +42,7 @@ def describe_rules(card: Card) -> str:
     cudnn = rules.cudnn_version
     installed = f"cuDNN {cudnn // 10000}.{cudnn // 100 % 100}" if cudnn else "no cuDNN"
     return (
-        f"attention: the SDPA kernel a {card.model.name} (sm{rules.sm[0]}{rules.sm[1]}) picks "
+        f"attention: the SDPA kernel the {card.model.name} (sm{rules.sm[0]}{rules.sm[1]}) picks "
         f"by torch {TORCH_RULES_VERSION}'s sdp_utils rules, with this torch's {installed}; "
         "the dry run keeps what that kernel keeps for backward"
     )
