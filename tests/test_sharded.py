@@ -202,7 +202,24 @@ def test_the_command_prints_each_ranks_peak_by_category(tmp_path, capsys):
     assert rows["every block"][-1] == "yes"
     assert len(rows["none"]) == 9  # seven categories, the peak, whether it fits
     assert not dist.is_initialized()
-    assert main([*arguments, "--gpus", "2"]) == 2
-    assert capsys.readouterr().err.strip() == (
-        "error: --gpus and --shard go together: e.g. --gpus 8 --shard fsdp2"
-    )
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--gpus", "2"], "--gpus and --shard go together"),
+        (["--shard", "ddp"], "--gpus and --shard go together"),
+        (["--gpus", "2", "--shard", "fsdp2", "--precision", "amp-bf16"], "MixedPrecisionPolicy"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(arguments, message, capsys):
+    assert main(["estimate", "--hf-preset", "gpt2", *arguments]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err
+
+
+def test_a_torch_without_distributed_is_told_in_one_line(monkeypatch):
+    monkeypatch.setattr(dist, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match="^this torch was built without torch.distributed"):
+        with fake_ranks(2):
+            pass

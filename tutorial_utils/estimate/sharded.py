@@ -189,6 +189,14 @@ def _to_fake_cpu(model: nn.Module) -> None:
             module._parameters[name] = first._parameters[first_name]
 
 
+def _refuse_autocast(workload: Workload) -> None:
+    if workload.precision.startswith("amp-"):
+        raise ValueError(
+            "--gpus with --precision amp-*: not predicted (FSDP2 takes mixed precision as its own "
+            "MixedPrecisionPolicy); use fp32, bf16 or fp16"
+        )
+
+
 def _fully_shard() -> Callable[..., Any]:
     """FSDP2's ``fully_shard``: public from torch 2.6, under ``_composable`` before."""
     try:
@@ -211,11 +219,7 @@ def estimate_rank(
     workload: Workload, strategy: Strategy, world_size: int, shard: Shard
 ) -> RankReport:
     """One rank's step of ``workload`` (its batch per GPU) under ``shard`` and ``strategy``."""
-    if workload.precision.startswith("amp-"):
-        raise ValueError(
-            "--gpus with --precision amp-*: not predicted (FSDP2 takes mixed precision as its own "
-            "MixedPrecisionPolicy); use fp32, bf16 or fp16"
-        )
+    _refuse_autocast(workload)
     if strategy.gpu_only:
         raise ValueError(f"{strategy.name!r} is {OFFLOAD_NOTE}")
     loss_fn = next_token_loss if workload.is_language_model else nn.CrossEntropyLoss()
@@ -289,6 +293,7 @@ def run_sharded(
         raise ValueError("--gpus and --shard go together: e.g. --gpus 8 --shard fsdp2")
     if shard not in SHARDS:
         raise ValueError(f"--shard must be one of {', '.join(SHARDS)}, got {shard!r}")
+    _refuse_autocast(workload)
     print(f"predicting rank 0 of {world_size} on fake tensors...", file=sys.stderr, flush=True)
     started = time.perf_counter()
     rows: list[tuple[Strategy, RankReport | str]] = []
