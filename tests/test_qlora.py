@@ -34,6 +34,7 @@ from tutorial_utils.estimate.qlora import (
     quantized_storage_bytes,
 )
 from tutorial_utils.estimate.strategies import parse_strategy
+from tutorial_utils.measurement.tracker import TensorMemoryTracker
 
 # bitsandbytes 0.50 publishes wheels for Linux (x86_64, aarch64), Windows and macOS arm64; none
 # for macOS on Intel, so there (only) the real steps are skipped.
@@ -119,6 +120,41 @@ def test_one_layer_stores_what_bitsandbytes_stores():
     assert emulated.weight.shape == real.weight.shape and emulated.weight.dtype == torch.uint8
     held = sum(t.untyped_storage().nbytes() for t in [*emulated.parameters(), *emulated.buffers()])
     assert held == expected.total
+
+
+def allocations_in(forward) -> list[int]:
+    """The bytes of each CPU allocation ``forward()`` makes, in order, kernels' inner ones
+    included: the profiler's memory events (a dispatch-level tracker sees only op outputs)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
+        forward()
+    events = profiler.profiler.kineto_results.events()
+    return [e.nbytes() for e in events if e.name() == "[memory]" and e.nbytes() > 0]
+
+
+@needs_bitsandbytes
+def test_the_forward_dequantizes_as_bitsandbytes_does():
+    """Inside its one op a real Linear4bit's forward allocates the scales in float32 (960 x 4
+    bytes: dequantized, then offset) and the whole weight in bf16 (320 x 192 x 2), then the
+    product (128 tokens x 320 x 2): the emulation allocates the same, in the same order.
+    (Where they differ: the CPU frees the first scales before the weight, CUDA's fallback after
+    the product; the CPU's mm takes scratch the dry run does not count.)"""
+    import bitsandbytes as bnb
+
+    torch.manual_seed(0)
+    real = bnb.nn.Linear4bit(192, 320, bias=False, compute_dtype=torch.bfloat16, quant_type="nf4")
+    real = real.to(torch.bfloat16).to("cpu")
+    x = torch.randn(2, 64, 192, dtype=torch.bfloat16, requires_grad=True)
+    expected = [960 * 4, 960 * 4, 320 * 192 * 2, 2 * 64 * 320 * 2]
+    assert allocations_in(lambda: real(x))[:4] == expected
+    with torch.device("meta"):
+        emulated = Linear4bitOnMeta(torch.nn.Linear(192, 320, bias=False))
+    x_meta = torch.empty(2, 64, 192, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    with TensorMemoryTracker(record_allocations=True) as tracker:
+        emulated(x_meta)
+    assert tracker.allocations is not None
+    assert [e.nbytes for e in tracker.allocations.events if e.kind == "malloc"] == expected
 
 
 def real_qlora(config_path: str, tmp_path):
