@@ -954,6 +954,34 @@ def allocator_section(budget: Budget) -> Outcome:
     return Outcome([table], notes, allocator_failures(rows))
 
 
+RULES = "dry run: measurement.gpu_attention's rules"
+KERNEL_COLUMNS = [
+    Column("dtype", "dtype"),
+    Column("head dim", "head_dim", "{:d}"),
+    Column("mask", "mask"),
+    Column("rules' kernel", "rules", source=RULES),
+    Column("torch's kernel", "torch", source=MEASURED),
+    Column("kept, dry run MiB", "dry_run_mib", "{:.2f}", DRY_RUN),
+    Column("kept, real MiB", "real_mib", "{:.2f}", MEASURED),
+    Column("error", "saved_error", "{:+.2%}", DRY_RUN),
+]
+
+
+def kernels_section(budget: Budget) -> Outcome:
+    """The SDPA kernel the estimate's rules pick against torch's own choice on this GPU."""
+    from tutorial_utils.estimate.kernel_check import kernel_failures, kernel_rows
+
+    rows = kernel_rows(torch.device("cuda"))
+    notes = [
+        "Rules: measurement/gpu_attention.py's replay of torch 2.14's sdp_utils.cpp for this "
+        "GPU's compute capability and the installed cuDNN. Torch: aten._fused_sdp_choice on CUDA "
+        "tensors (batch 2, 8 heads, 1,024 tokens). Kept: distinct storages autograd saves for "
+        "backward of one scaled_dot_product_attention call, the dry run's (meta) and the real one."
+    ]
+    table = Table("SDPA kernels: the rules against torch", KERNEL_COLUMNS, rows)
+    return Outcome([table], notes, kernel_failures(rows))
+
+
 SECTIONS = (
     Section("hardware", "Hardware", hardware_section),
     Section("crosscheck", "Tracker and dry run against the CUDA allocator", crosscheck_section),
@@ -964,6 +992,7 @@ SECTIONS = (
     Section("nccl", "Two NCCL ranks", nccl_section),
     Section("estimate", "The estimate command against the CUDA allocator", estimate_section),
     Section("allocator", "The emulated allocator against torch.cuda", allocator_section),
+    Section("kernels", "SDPA kernels: the rules against torch", kernels_section),
     Section("notebooks", "Notebooks 02 and 03 in the gpu profile", notebooks_section),
 )
 

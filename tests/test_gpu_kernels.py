@@ -11,6 +11,7 @@ import torch
 from tutorial_utils.__main__ import main
 from tutorial_utils.estimate.card import parse_card
 from tutorial_utils.estimate.estimator import Workload, estimate
+from tutorial_utils.estimate.kernel_check import compare_call, kernel_failures
 from tutorial_utils.estimate.strategies import Strategy
 from tutorial_utils.measurement.gpu_attention import (
     AttentionCall,
@@ -176,3 +177,45 @@ def test_a_t4_keeps_more_than_an_h100_for_the_same_model(tiny_llama) -> None:
         kept[gpu] = row.report.activation_peak_bytes
     # the math path's float32 S x S softmax [1, 4, 128, 128], one per block (2) at least
     assert kept["t4"] - kept["h100"] >= 2 * 4 * 128 * 128 * 4
+
+
+def test_kernel_check_compares_a_real_call_with_its_dry_run() -> None:
+    """The GPU check's comparison, run on the CPU: the CPU's flash kernel keeps what an A100's
+    flash keeps but its RNG state (3 uint64), within the tolerance; a mismatch is named."""
+    shape = (1, 2, 64, 64)
+    row = compare_call(
+        SdpaRules(A100, CUDNN_9_24), torch.device("cpu"), shape, torch.bfloat16, False
+    )
+    assert row["rules"] == row["torch"] == "flash"
+    real_bytes = 4 * 2 * 64 * 64 * 2 + 2 * 64 * 4  # q, k, v, out; float32 logsumexp
+    assert row["real_mib"] * 2**20 == real_bytes
+    assert row["dry_run_mib"] * 2**20 == real_bytes + 3 * 8
+    assert kernel_failures([row]) == []
+    wrong = dict(row, torch="efficient", saved_error=0.01)
+    assert kernel_failures([wrong]) == [
+        "bfloat16 d=64 causal flag: rules pick flash, torch runs efficient",
+        "bfloat16 d=64 causal flag: dry run keeps 0.06 MiB, real kernel 0.06 MiB",
+    ]
+
+
+def test_the_gpu_check_reports_the_kernel_comparison() -> None:
+    """scripts/gpu_check.py's kernels section renders a row as the comparison makes it."""
+    import dataclasses
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check_for_kernels", path)
+    assert spec is not None and spec.loader is not None
+    gpu_check = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = gpu_check  # dataclasses look their module up there
+    spec.loader.exec_module(gpu_check)
+    assert "kernels" in [section.key for section in gpu_check.SECTIONS]
+    row = compare_call(
+        SdpaRules(A100, CUDNN_9_24), torch.device("cpu"), (1, 2, 64, 64), torch.bfloat16, True
+    )
+    table = gpu_check.Table("kernels", gpu_check.KERNEL_COLUMNS, [row])
+    lines = gpu_check.render_table(dataclasses.asdict(table))
+    # on the CPU torch runs its flash kernel with a mask; the A100's rules pick efficient
+    assert "| bfloat16 | 64 | additive | efficient | flash | 0.07 | 0.07 | +0.02% |" in lines

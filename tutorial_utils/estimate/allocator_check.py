@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from tutorial_utils.estimate.estimator import Workload, build_model, train_step
+from tutorial_utils.estimate.kernel_check import device_rules
 from tutorial_utils.estimate.strategies import parse_strategy
 from tutorial_utils.measurement.allocator import (
     CUBLAS_WORKSPACE_BYTES,
@@ -17,6 +18,7 @@ from tutorial_utils.measurement.allocator import (
     AllocatorPrediction,
     replay,
 )
+from tutorial_utils.measurement.gpu_attention import SdpaRules, gpu_attention_rules
 from tutorial_utils.units import MB
 
 # (model, batch, size, precision, LoRA rank, strategy): small enough for seconds on any GPU
@@ -37,13 +39,18 @@ def cublas_workspace_bytes(device: torch.device) -> int:
 
 
 def predicted_counters(
-    workload: Workload, strategy: str, workspace_bytes: int = CUBLAS_WORKSPACE_BYTES
+    workload: Workload,
+    strategy: str,
+    workspace_bytes: int = CUBLAS_WORKSPACE_BYTES,
+    rules: SdpaRules | None = None,
 ) -> AllocatorPrediction:
     """The workload's dry run replayed: the first step on an empty cache, the second on the
-    first's (no capacity: what the counters read, not whether a card holds it)."""
-    dry = train_step(
-        build_model(workload), workload, parse_strategy(strategy), record_allocations=True
-    )
+    first's (no capacity: what the counters read, not whether a card holds it). ``rules``: the
+    GPU's SDPA kernel choice (None: the CPU's)."""
+    with gpu_attention_rules(rules):
+        dry = train_step(
+            build_model(workload), workload, parse_strategy(strategy), record_allocations=True
+        )
     assert dry.allocations is not None
     return replay(dry.allocations, workspace_bytes=workspace_bytes)
 
@@ -77,7 +84,7 @@ def allocator_rows(device: torch.device, checks: tuple = ALLOCATOR_CHECKS) -> li
     workspace_bytes = cublas_workspace_bytes(device)
     for model, batch, size, precision, lora, strategy in checks:
         workload = Workload(model, batch=batch, size=size, precision=precision, lora_rank=lora)
-        predicted = predicted_counters(workload, strategy, workspace_bytes)
+        predicted = predicted_counters(workload, strategy, workspace_bytes, device_rules(device))
         measured = measured_counters(workload, strategy, device)
         rows.append(
             {

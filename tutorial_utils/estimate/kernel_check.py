@@ -1,0 +1,110 @@
+"""The SDPA rules against the GPU itself, for ``scripts/gpu_check.py``.
+
+``measurement.gpu_attention`` replays torch's kernel choice for a card it cannot ask. On a GPU it
+can be asked: for a grid of calls (dtype, head size, a mask or a causal flag) this puts the rules'
+kernel beside ``torch.ops.aten._fused_sdp_choice`` (what ``scaled_dot_product_attention`` runs),
+and the bytes a dry run keeps for backward beside those the real call keeps (unique storages
+seen by ``saved_tensors_hooks``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from tutorial_utils.measurement.gpu_attention import (
+    AttentionCall,
+    SdpaRules,
+    choose_kernel,
+    gpu_attention_rules,
+)
+from tutorial_utils.measurement.meta_attention import dry_run_context
+
+# torch's SDPBackend values (torch.nn.attention.SDPBackend) by the rules' names
+TORCH_BACKENDS = {0: "math", 1: "flash", 2: "efficient", 3: "cudnn"}
+CASES = tuple(
+    (dtype, head_dim, masked)
+    for dtype in (torch.float16, torch.bfloat16, torch.float32)
+    for head_dim in (64, 100, 128, 256)
+    for masked in (False, True)
+)
+SAVED_TOLERANCE = 0.001  # kernels' RNG states are a few bytes; the rest must match
+
+
+def device_rules(device: torch.device) -> SdpaRules | None:
+    """The rules of ``device``'s GPU under the installed torch; None off CUDA."""
+    if device.type != "cuda":
+        return None
+    return SdpaRules.installed(torch.cuda.get_device_capability(device))
+
+
+def saved_bytes(attention: Callable[..., torch.Tensor], *args, **kwargs) -> int:
+    """Bytes of the distinct storages autograd keeps for backward of ``attention(...)``."""
+    kept: dict[int, int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        kept[tensor.untyped_storage()._cdata] = tensor.untyped_storage().nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        attention(*args, **kwargs)
+    return sum(kept.values())
+
+
+def compare_call(
+    rules: SdpaRules, device: torch.device, shape: tuple[int, ...], dtype: torch.dtype, masked: bool
+) -> dict:
+    """One call on ``device`` and on meta: the kernels chosen and the bytes kept."""
+    q, k, v = (torch.randn(shape, device=device, dtype=dtype, requires_grad=True) for _ in "qkv")
+    seq = shape[-2]
+    mask = torch.zeros(seq, seq, device=device, dtype=dtype) if masked else None
+    causal = not masked
+    choice = int(torch.ops.aten._fused_sdp_choice(q, k, v, mask, 0.0, causal))
+    real = saved_bytes(F.scaled_dot_product_attention, q, k, v, mask, is_causal=causal)
+    meta = [t.detach().to("meta").requires_grad_() for t in (q, k, v)]
+    meta_mask = None if mask is None else mask.to("meta")
+    with dry_run_context(), gpu_attention_rules(rules):
+        dry = saved_bytes(F.scaled_dot_product_attention, *meta, meta_mask, is_causal=causal)
+    return {
+        "dtype": str(dtype).removeprefix("torch."),
+        "head_dim": shape[-1],
+        "mask": "additive" if masked else "causal flag",
+        "rules": choose_kernel(rules, AttentionCall.of(q, k, v, mask, 0.0, causal)),
+        "torch": TORCH_BACKENDS.get(choice, f"backend {choice}"),
+        "dry_run_mib": dry / 2**20,
+        "real_mib": real / 2**20,
+        "saved_error": (dry - real) / real if real else None,
+    }
+
+
+def kernel_rows(
+    device: torch.device, batch: int = 2, heads: int = 8, seq: int = 1024
+) -> list[dict]:
+    """Each case's kernel by the rules and by torch, and the bytes kept, dry run and real."""
+    rules = device_rules(device)
+    if rules is None:
+        raise ValueError(f"kernel_rows needs a CUDA device, got {device}")
+    rows = []
+    for dtype, head_dim, masked in CASES:
+        rows.append(compare_call(rules, device, (batch, heads, seq, head_dim), dtype, masked))
+        torch.cuda.empty_cache()
+    return rows
+
+
+def kernel_failures(rows: list[dict]) -> list[str]:
+    """A row fails where the rules pick another kernel than torch, or the bytes kept differ
+    by more than ``SAVED_TOLERANCE``."""
+    failures = []
+    for row in rows:
+        label = f"{row['dtype']} d={row['head_dim']} {row['mask']}"
+        if row["rules"] != row["torch"]:
+            failures.append(f"{label}: rules pick {row['rules']}, torch runs {row['torch']}")
+        error = row["saved_error"]
+        if error is None or abs(error) > SAVED_TOLERANCE:
+            failures.append(
+                f"{label}: dry run keeps {row['dry_run_mib']:.2f} MiB, real kernel "
+                f"{row['real_mib']:.2f} MiB"
+            )
+    return failures
