@@ -4,6 +4,7 @@ to notebook 05's steps on 2 real gloo ranks."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -23,8 +24,17 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
 )
 
 from tutorial_utils.__main__ import main
-from tutorial_utils.estimate.sharded import RankReport, ddp_bucket_sizes, rank_step
+from tutorial_utils.estimate.estimator import Workload, batch_for, build_model, make_optimizer
+from tutorial_utils.estimate.models import repeated_blocks
+from tutorial_utils.estimate.sharded import (
+    RankReport,
+    ddp_bucket_sizes,
+    estimate_rank,
+    rank_step,
+)
+from tutorial_utils.estimate.strategies import Strategy
 from tutorial_utils.measurement.fake_ranks import fake_ranks
+from tutorial_utils.measurement.step import next_token_loss
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
@@ -146,31 +156,64 @@ def test_ddp_prediction_equals_the_real_gloo_ranks_to_the_byte(real_peaks, check
     assert report.forward_backward_above_start_bytes + rebuilt == real_peaks[0][name]
 
 
-def test_fsdp2_prediction_equals_pytorchs_fsdp_mem_tracker():
-    """torch.distributed._tools' FSDPMemTracker on the same fake step: the same peak."""
+def fsdp_mem_tracker_peak(model, blocks, batch, loss_fn, optimizer_factory, checkpointing):
+    """torch.distributed._tools' FSDPMemTracker around the forward and backward of a step after
+    one untracked step: its peak, on fake tensors over the fake process group."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
+    from tutorial_utils.estimate.sharded import _to_fake_cpu
+
     with fake_ranks(2):
         mesh = init_device_mesh("cpu", (2,))
-        with FakeTensorMode():
-            model = rank_file.Net(WIDTH, DEPTH)
-            for block in model.blocks:
-                fully_shard(block, mesh=mesh)
-            fully_shard(model, mesh=mesh)
-            optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-            x, y = torch.randn(BATCH // 2, WIDTH), torch.randint(0, 10, (BATCH // 2,))
-            rank_file.train_step(model, optimizer, x, y)
-            optimizer.zero_grad(set_to_none=True)
-            tracker = FSDPMemTracker(model, optimizer)
-            tracker.track_inputs((x, y))
-            with tracker:
-                rank_file.forward_backward(model, x, y)
-            theirs = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            _to_fake_cpu(model)
+            with checkpointing(model):
+                for block in blocks(model):
+                    fully_shard(block, mesh=mesh)
+                fully_shard(model, mesh=mesh)
+                optimizer = optimizer_factory(model)
+                inputs, targets = batch(model)
+                loss_fn(model(inputs), targets).backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                tracker = FSDPMemTracker(model, optimizer)
+                tracker.track_inputs((inputs, targets))
+                with tracker:
+                    loss_fn(model(inputs), targets).backward()
     assert not dist.is_initialized()
+    return tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
+
+
+def test_fsdp2_prediction_equals_pytorchs_fsdp_mem_tracker():
+    rows = BATCH // 2
+    theirs = fsdp_mem_tracker_peak(
+        build(checkpointed=False)(),
+        lambda model: list(model.blocks),
+        lambda model: (torch.randn(rows, WIDTH), torch.randint(0, 10, (rows,))),
+        F.cross_entropy,
+        lambda model: torch.optim.Adam(model.parameters(), lr=1e-3),
+        lambda model: contextlib.nullcontext(),
+    )
     assert predict("fsdp2", checkpointed=False).forward_backward_peak_bytes == theirs
+
+
+@pytest.mark.parametrize("strategy", [Strategy("none"), Strategy("every-block")])
+def test_a_transformers_models_prediction_equals_fsdp_mem_tracker(tmp_path, strategy):
+    """A Llama from its config through the command's path (its own checkpointing call, its
+    decoder layers sharded one by one): FSDPMemTracker's peak to the byte."""
+    workload = Workload(f"hf:{tiny_llama(tmp_path)}", batch=2, size=64, precision="fp32")
+    theirs = fsdp_mem_tracker_peak(
+        build_model(workload),
+        repeated_blocks,
+        lambda model: batch_for(workload, model, "cpu"),
+        next_token_loss,
+        partial(make_optimizer, workload),
+        strategy.applied,
+    )
+    assert estimate_rank(workload, strategy, 2, "fsdp2").forward_backward_peak_bytes == theirs
 
 
 def test_an_existing_process_group_is_left_alone():
@@ -182,14 +225,19 @@ def test_an_existing_process_group_is_left_alone():
     assert not dist.is_initialized()
 
 
-def test_the_command_prints_each_ranks_peak_by_category(tmp_path, capsys):
+def tiny_llama(folder: Path) -> str:
+    """A Llama's config.json at a CPU's size, as a user's file."""
     config = {"model_type": "llama", "vocab_size": 500, "bos_token_id": 0, "eos_token_id": 0,
               "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
               "num_attention_heads": 4, "num_key_value_heads": 2,
               "max_position_embeddings": 256}  # fmt: skip
-    path = tmp_path / "config.json"
+    path = folder / "config.json"
     path.write_text(json.dumps(config))
-    arguments = ["estimate", "--hf-config", str(path), "--seq", "64", "--precision", "fp32",
+    return str(path)
+
+
+def test_the_command_prints_each_ranks_peak_by_category(tmp_path, capsys):
+    arguments = ["estimate", "--hf-config", tiny_llama(tmp_path), "--seq", "64", "--precision", "fp32",
                  "--strategies", "none,every-block,offload"]  # fmt: skip
     assert main([*arguments, "--gpus", "2", "--shard", "fsdp2"]) == 0
     out = capsys.readouterr().out
