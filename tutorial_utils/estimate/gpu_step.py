@@ -40,10 +40,15 @@ def describe_rules(card: Card) -> str:
     if rules is None:
         return "attention: the CPU's SDPA kernel choice (no GPU named; --gpu NAME for a GPU's)"
     cudnn = rules.cudnn_version
-    installed = f"cuDNN {cudnn // 10000}.{cudnn // 100 % 100}" if cudnn else "no cuDNN"
+    version = f"cuDNN {cudnn // 10000}.{cudnn // 100 % 100}"
+    whose = (
+        f"the CUDA 13 wheel's {version} (assumed: this torch has no cuDNN)"
+        if rules.assumed
+        else f"this torch's {version}"
+    )
     return (
         f"attention: the SDPA kernel the {card.model.name} (sm{rules.sm[0]}{rules.sm[1]}) picks "
-        f"by torch {TORCH_RULES_VERSION}'s sdp_utils rules, with this torch's {installed}; "
+        f"by torch {TORCH_RULES_VERSION}'s sdp_utils rules, with {whose}; "
         "the dry run keeps what that kernel keeps for backward"
     )
 

@@ -52,6 +52,11 @@ KERNEL_LABELS = {  # short: a table's column
 TORCH_RULES_VERSION = "2.14"  # the torch whose sdp_utils.cpp the rules were read from
 
 
+# What torch 2.14's CUDA 13.0 wheel ships (nvidia-cudnn-cu13 9.24.0.43): assumed where the
+# installed torch has no cuDNN to ask (a CPU-only build), as a GPU machine would pip-install it.
+WHEEL_CUDNN_VERSION = 92400
+
+
 def runtime_cudnn_version() -> int:
     """The cuDNN the installed torch would load (e.g. 92400 for 9.24), 0 without one; readable
     without a GPU."""
@@ -69,12 +74,16 @@ class SdpaRules:
     sm: tuple[int, int]
     cudnn_version: int = 0
     cuda_major: int = 13
+    assumed: bool = False  # the versions are the CUDA wheel's, not this torch's
 
     @classmethod
     def installed(cls, sm: tuple[int, int]) -> SdpaRules:
-        """The rules for a card of compute capability ``sm`` under the installed torch."""
-        cuda = torch.version.cuda or "13.0"
-        return cls(sm, runtime_cudnn_version(), int(cuda.split(".")[0]))
+        """The rules for a card of compute capability ``sm`` under the installed torch (a
+        CPU-only build: under torch 2.14's CUDA 13.0 wheel, with its cuDNN)."""
+        cudnn = runtime_cudnn_version()
+        if not cudnn or torch.version.cuda is None:
+            return cls(sm, WHEEL_CUDNN_VERSION, 13, assumed=True)
+        return cls(sm, cudnn, int(torch.version.cuda.split(".")[0]))
 
     @property
     def prefers_cudnn(self) -> bool:
