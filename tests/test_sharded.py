@@ -12,6 +12,7 @@ import subprocess
 import sys
 from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -154,6 +155,37 @@ def test_ddp_prediction_equals_the_real_gloo_ranks_to_the_byte(real_peaks, check
     report = predict("ddp", checkpointed)
     rebuilt = report.breakdown["buckets"]
     assert report.forward_backward_above_start_bytes + rebuilt == real_peaks[0][name]
+
+
+@pytest.mark.parametrize("checkpointed", [False, True])
+def test_ddp_prediction_equals_real_ddps_later_steps(checkpointed):
+    """Real DistributedDataParallel over the fake group on real CPU tensors (its comm hook a
+    no-op: the fake group's all-reduce returns no tensor): its second step rebuilds the buckets,
+    from the third on they are held before the step, as predicted."""
+    from torch.distributed.algorithms.ddp_comm_hooks.debugging_hooks import noop_hook
+
+    from tutorial_utils.tools import peak_bytes
+
+    rows = BATCH // 2
+    with fake_ranks(2):
+        torch.manual_seed(0)
+        model = rank_file.setup(
+            "DDP + checkpointing" if checkpointed else "DDP",
+            SimpleNamespace(width=WIDTH, depth=DEPTH),
+            torch.device("cpu"),
+        )
+        model.register_comm_hook(None, noop_hook)
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        x, y = torch.randn(rows, WIDTH), torch.randint(0, 10, (rows,))
+        peaks = []
+        for _ in range(3):
+            optimizer.zero_grad(set_to_none=True)
+            peaks.append(peak_bytes(partial(rank_file.train_step, model, optimizer, x, y)))
+        optimizer.zero_grad(set_to_none=True)
+        later = peak_bytes(partial(rank_file.forward_backward, model, x, y))
+    report = predict("ddp", checkpointed)
+    assert later == report.forward_backward_above_start_bytes
+    assert peaks[1] > peaks[2]  # the second step allocates the rebuilt buckets
 
 
 def fsdp_mem_tracker_peak(model, blocks, batch, loss_fn, optimizer_factory, checkpointing):
