@@ -126,7 +126,7 @@ def add_estimate_parser(commands) -> None:
         "--strategies",
         default="none,every-block,every-2,selective,offload",
         help="comma-separated: none, every-block, every-N (every N-th block), selective "
-        "(save matmuls), offload (GPU-only: listed, not measured)",
+        "(save matmuls and convolutions), offload (GPU-only: listed, not measured)",
     )
     estimate.add_argument(
         "--card", help="the GPU's memory, e.g. 24GB, 80GB (default: the --gpu's, else 24GB)"
