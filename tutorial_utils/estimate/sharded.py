@@ -16,7 +16,7 @@ group of ``world_size`` ranks (``measurement.fake_ranks``), so the sharding is P
   reducer uses when it rebuilds its buckets after the first step: a first bucket of 1 MiB, then
   ``bucket_cap_mb``, default 25 MiB, in backward order); with ``gradient_as_bucket_view=False``
   (the default) they are separate from the gradients. ``tests/test_sharded.py`` holds the result
-  equal to real DDP over the fake group on real tensors.
+  equal to real DDP over the fake group on real tensors, from its third step on.
 
 The figures are tensor bytes of rank 0 (every rank alike where the sizes divide evenly), a
 prediction: the communication library's own buffers (NCCL's, gloo's) are not tensors and are not
@@ -71,14 +71,15 @@ class RankReport:
     peak_bytes: int
     forward_backward_peak_bytes: int
     baseline_bytes: int
-    batch_bytes: int
     breakdown: dict[str, int]
     ddp_buckets: int = 0  # how many gradient buckets DDP makes (0 under FSDP2)
 
     @property
     def forward_backward_above_start_bytes(self) -> int:
-        """The forward-and-backward peak above what was alive before it, the batch included:
-        what notebook 05's ``peak_bytes`` reads on a rank."""
+        """The forward-and-backward peak above what was alive before it (the batch among that):
+        what notebook 05's ``peak_bytes`` reads on a rank where the step is predicted with
+        ``follow_resizes=False``, as ``LiveBytes`` sees it; under DDP from the third step on
+        (the second allocates the buckets DDP's reducer rebuilds)."""
         return self.forward_backward_peak_bytes - self.baseline_bytes
 
 
@@ -169,7 +170,6 @@ def rank_step(
         peak_bytes=tracker.peak_bytes,
         forward_backward_peak_bytes=forward_backward,
         baseline_bytes=tracker.baseline_bytes,
-        batch_bytes=inputs.nbytes + targets.nbytes,
         breakdown={c: breakdown[c] for c in (*CATEGORIES, *BUFFER_CATEGORIES)},
         ddp_buckets=len(bucket_bytes),
     )
