@@ -116,7 +116,7 @@ def test_one_layer_stores_what_bitsandbytes_stores():
     expected = QuantizedStorage(30_720, 960, 16, 4, 64, 1024)
     assert real_storage(real) == quantized_storage_bytes(320, 192) == expected
     with torch.device("meta"):
-        emulated = Linear4bitOnMeta(torch.nn.Linear(192, 320, bias=False))
+        emulated = Linear4bitOnMeta(192, 320, bias=None)
     assert emulated.weight.shape == real.weight.shape and emulated.weight.dtype == torch.uint8
     held = sum(t.untyped_storage().nbytes() for t in [*emulated.parameters(), *emulated.buffers()])
     assert held == expected.total
@@ -149,7 +149,7 @@ def test_the_forward_dequantizes_as_bitsandbytes_does():
     expected = [960 * 4, 960 * 4, 320 * 192 * 2, 2 * 64 * 320 * 2]
     assert allocations_in(lambda: real(x))[:4] == expected
     with torch.device("meta"):
-        emulated = Linear4bitOnMeta(torch.nn.Linear(192, 320, bias=False))
+        emulated = Linear4bitOnMeta(192, 320, bias=None)
     x_meta = torch.empty(2, 64, 192, dtype=torch.bfloat16, device="meta", requires_grad=True)
     with TensorMemoryTracker(record_allocations=True) as tracker:
         emulated(x_meta)
@@ -157,7 +157,7 @@ def test_the_forward_dequantizes_as_bitsandbytes_does():
     assert [e.nbytes for e in tracker.allocations.events if e.kind == "malloc"] == expected
 
 
-def real_qlora(config_path: str, tmp_path):
+def real_qlora(config_path: str, tmp_path, targets: tuple[str, ...]):
     """The recipe people run, on the CPU: a checkpoint loaded in 4 bits, prepared, LoRA."""
     from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
     from transformers import AutoModelForCausalLM
@@ -176,8 +176,10 @@ def real_qlora(config_path: str, tmp_path):
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated")
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
-    lora = LoraConfig(r=RANK, lora_alpha=2 * RANK, target_modules=list(TARGETS), lora_dropout=0.0)
-    return get_peft_model(model, lora)
+    lora = LoraConfig(r=RANK, lora_alpha=2 * RANK, target_modules=list(targets), lora_dropout=0.0)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated")
+        return get_peft_model(model, lora)
 
 
 def quantization_state_bytes(model) -> int:
@@ -194,34 +196,51 @@ def quantization_state_bytes(model) -> int:
     return sum(storage.nbytes() for storage in storages.values())
 
 
-@needs_bitsandbytes
-@pytest.mark.parametrize("strategy", ["none", "selective"])
-def test_dry_run_equals_a_real_cpu_qlora_step(tiny_llama, tmp_path, strategy):
-    """Selective checkpointing saves matmul outputs: bitsandbytes' 4-bit product is one op of
-    its own, not ``aten.mm``, so both recompute it."""
+def real_and_dry(config_path: str, tmp_path, strategy: str, targets: tuple[str, ...]):
+    """One step of the real QLoRA model on the CPU and one dry run, with what the real model
+    keeps beside its weights and its number of trained tensors."""
     import bitsandbytes as bnb
 
     workload = Workload(
-        f"hf:{tiny_llama}", batch=2, size=64, precision="nf4", lora_rank=RANK, lora_targets=TARGETS
+        f"hf:{config_path}", batch=2, size=64, precision="nf4", lora_rank=RANK, lora_targets=targets
     )
     dry_model = build_model(workload)
-    real_model = real_qlora(tiny_llama, tmp_path)
+    real_model = real_qlora(config_path, tmp_path, targets)
 
     def quantized(model, kind) -> set[str]:
         return {n.removeprefix("base_model.model.") for n, m in model.named_modules()
                 if isinstance(m, kind)}  # fmt: skip
 
     assert quantized(dry_model, Linear4bitOnMeta) == quantized(real_model, bnb.nn.Linear4bit)
-    state_bytes = quantization_state_bytes(real_model)
-    assert state_bytes == 2 * 7 * (64 + 4 + 1024) + 2 * (
-        sum(b + 4 * -(-b // 256) for b in (576, 192, 192, 576, 960, 960, 960))
-    )  # 7 layers a block, 2 blocks: tables and offset, absmax, second-level absmax
     trained = sum(1 for p in real_model.parameters() if p.requires_grad)
+    state_bytes = quantization_state_bytes(real_model)
     real = train_step(real_model, workload, parse_strategy(strategy))
     dry = train_step(dry_model, workload, parse_strategy(strategy))
     assert real.peak_bytes + state_bytes - dry.peak_bytes == ADAM_STEP_BYTES * trained
     assert real.breakdown["activations"] == dry.breakdown["activations"]
     assert real.breakdown["parameters"] + state_bytes == dry.breakdown["parameters"]
+    return state_bytes
+
+
+@needs_bitsandbytes
+@pytest.mark.parametrize("strategy", ["none", "selective"])
+def test_dry_run_equals_a_real_cpu_qlora_step(tiny_llama, tmp_path, strategy):
+    """Selective checkpointing saves matmul outputs: bitsandbytes' 4-bit product is one op of
+    its own, not ``aten.mm``, so both recompute it."""
+    state_bytes = real_and_dry(tiny_llama, tmp_path, strategy, TARGETS)
+    assert state_bytes == 2 * 7 * (64 + 4 + 1024) + 2 * (
+        sum(b + 4 * -(-b // 256) for b in (576, 192, 192, 576, 960, 960, 960))
+    )  # 7 layers a block, 2 blocks: tables and offset, absmax, second-level absmax
+
+
+@needs_bitsandbytes
+def test_gpt2_qlora_equals_a_real_cpu_step(tmp_path):
+    """GPT-2's Conv1D layers are quantized too, and their biases, cast to float32 by
+    prepare_model_for_kbit_training, are cast back to bf16 by bitsandbytes' first forward."""
+    config = {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 128}
+    path = tmp_path / "gpt2.json"
+    path.write_text(json.dumps({**config, "vocab_size": 500, "bos_token_id": 0, "eos_token_id": 0}))
+    real_and_dry(str(path), tmp_path / "checkpoint", "every-block", ("c_attn", "c_proj"))
 
 
 def test_the_command_prints_qlora_rows(tiny_llama, capsys):

@@ -9,9 +9,11 @@ is built in a second or two and takes no memory.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -242,6 +244,18 @@ def default_lora_targets(model: nn.Module) -> tuple[str, ...]:
     return DEFAULT_LORA_TARGETS.get(config.model_type, ATTENTION_PROJECTIONS)
 
 
+@contextlib.contextmanager
+def quiet_bitsandbytes() -> Iterator[None]:
+    """Around ``import peft``: it imports bitsandbytes where that is installed, whose CPU
+    backend then warns, once, of an inference kernel that no training step uses."""
+    logger = logging.getLogger("bitsandbytes.backends.cpu.ops")
+    was_disabled, logger.disabled = logger.disabled, True
+    try:
+        yield
+    finally:
+        logger.disabled = was_disabled
+
+
 def add_lora(
     model: nn.Module,
     rank: int = 8,
@@ -257,7 +271,8 @@ def add_lora(
     as after some training, so every adapter has a gradient (for comparing gradients).
     ``custom_modules`` maps base layer types peft does not know to their LoRA layers.
     """
-    from peft import LoraConfig, get_peft_model
+    with quiet_bitsandbytes():
+        from peft import LoraConfig, get_peft_model
 
     if rank < 1:
         raise ValueError(f"LoRA rank must be at least 1, got {rank}")

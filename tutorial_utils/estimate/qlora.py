@@ -42,7 +42,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.flop_counter import register_flop_formula
 
-from tutorial_utils.estimate.models import add_lora, build_causal_lm
+from tutorial_utils.estimate.models import add_lora, build_causal_lm, quiet_bitsandbytes
 
 BLOCK = 64  # weights per absmax: bitsandbytes' default blocksize for 4-bit
 NESTED_BLOCK = 256  # absmax values per second-level absmax (double quantization)
@@ -96,16 +96,16 @@ class Linear4bitOnMeta(nn.Linear):
     absmax: torch.Tensor
     offset: torch.Tensor
 
-    def __init__(self, linear: nn.Linear):
+    def __init__(self, in_features: int, out_features: int, bias: nn.Parameter | None):
         nn.Module.__init__(self)  # not nn.Linear's: no full-size weight
-        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.in_features, self.out_features = in_features, out_features
         numel = self.in_features * self.out_features
         storage = quantized_storage_bytes(self.out_features, self.in_features)
         self.weight = nn.Parameter(
             torch.empty((numel + 1) // 2, 1, dtype=torch.uint8, device="meta"),
             requires_grad=False,
         )
-        self.bias = linear.bias
+        self.register_parameter("bias", bias)
         for name, count, dtype in (
             ("absmax", storage.absmax, torch.uint8),
             ("nested_absmax", storage.nested_absmax // 4, torch.float32),
@@ -187,17 +187,26 @@ class _DequantizedMatmul(torch.autograd.Function):
 
 
 def quantize_on_meta(model: nn.Module) -> None:
-    """Replace the linear layers ``from_pretrained`` would quantize: every ``nn.Linear`` but
-    the output layer and weights tied to another (transformers keeps those as they are)."""
+    """Replace the layers ``from_pretrained`` quantizes: every ``nn.Linear`` (and GPT-2's
+    ``Conv1D``, whose weight is in x out) but the output layer and weights tied to another."""
+    from transformers.pytorch_utils import Conv1D
+
     output = cast(Any, model).get_output_embeddings()
     counts: dict[int, int] = {}
     for _, parameter in model.named_parameters(remove_duplicate=False):
         counts[id(parameter)] = counts.get(id(parameter), 0) + 1
     for name, module in list(model.named_modules()):
-        if type(module) is not nn.Linear or module is output or counts[id(module.weight)] > 1:
+        if isinstance(module, Conv1D):
+            in_features, out_features = module.weight.shape
+        elif type(module) is nn.Linear:
+            in_features, out_features = module.in_features, module.out_features
+        else:
+            continue
+        if module is output or counts[id(module.weight)] > 1:
             continue
         parent_name, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent_name), child, Linear4bitOnMeta(module))
+        quantized = Linear4bitOnMeta(in_features, out_features, module.bias)
+        setattr(model.get_submodule(parent_name), child, quantized)
 
 
 def _lora_layer_class() -> type[nn.Module]:
@@ -223,7 +232,8 @@ def _lora_layer_class() -> type[nn.Module]:
 
 def build_qlora(config: Any, rank: int, targets: Sequence[str] | None = None) -> nn.Module:
     """The QLoRA model of ``config`` on meta: 4-bit base, the rest float32, LoRA adapters."""
-    from peft import prepare_model_for_kbit_training
+    with quiet_bitsandbytes():
+        from peft import prepare_model_for_kbit_training
 
     model = build_causal_lm(config, "meta", QUANTIZED_FROM)
     quantize_on_meta(model)
