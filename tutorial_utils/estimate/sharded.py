@@ -264,7 +264,8 @@ def rank_table(
         f"{world_size} GPUs, {how}; what each rank holds (rank 0; batch {workload.batch} per GPU)",
         describe_workload(Estimate(workload, card, "")),
         "predicted (dry run on fake tensors over PyTorch's fake process group, one process); GiB; "
-        "by category at the rank's peak; tensors only (no NCCL buffers, no allocator replay)",
+        "by category at the rank's peak; tensors only (no NCCL buffers, no allocator replay); "
+        "attention: the CPU's SDPA kernel, not --gpu's",
         card.describe(),
         "",
         f"{'strategy':<24}"
