@@ -4,25 +4,29 @@ On a CUDA tensor ``scaled_dot_product_attention`` picks its kernel at run time
 (``select_sdp_backend``) by the card's compute capability, the dtype, the head dimension, the mask
 and dropout, and what the installed torch and cuDNN support; each kernel saves different tensors
 for backward. A dry run on the meta device cannot ask (there is no card), so ``choose_kernel``
-replays the rules, read from PyTorch's source for torch 2.14 (the version this project pins):
+replays the rules, read on 2026-12-03 from PyTorch's source for the torch this project pins
+(2.14.1; the copy read was pytorch/pytorch at commit 001f694a):
 
 * ``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp``: the priority order (flash,
   memory-efficient, math, cuDNN; cuDNN moved first by ``check_prefer_cudnn_attention`` on sm90 and
   sm10x when the runtime cuDNN is newer than 9.15, which torch 2.14's CUDA 13 wheel ships: 9.24)
   and each backend's ``check_*`` filters used below;
-* ``aten/src/ATen/Context.h``: the default order ``flash, efficient, math, cudnn``;
-* ``tools/autograd/derivatives.yaml``: what each kernel's backward keeps. Every kernel keeps
-  q, k, v and its output, plus: flash a float32 log-sum-exp [B, H, S] and its RNG state (two
-  uint64 tensors); memory-efficient a float32 log-sum-exp [B, H, S rounded up to 32] and a philox
-  seed and offset; cuDNN float32 statistics [B, H, S, 1] and a seed and offset; the math path
-  is made of ordinary ops, so autograd keeps its S x S attention weights (in float32 for fp16
-  and bf16 inputs: it computes in float32).
+* ``aten/src/ATen/Context.h``: the default order ``flash, efficient, math, cudnn``.
+
+What each kernel keeps for backward is what autograd saves around its meta function in torch
+2.14.1 (the formula generated from ``tools/autograd/derivatives.yaml``), hand-worked in
+``tests/test_gpu_kernels.py``: every kernel keeps q, k, v and its output, plus: flash a float32
+log-sum-exp [B, H, S] and its RNG state (two uint64 tensors, 24 bytes); memory-efficient a float32
+log-sum-exp [B, H, S rounded up to 32] and a philox seed and offset; cuDNN float32 statistics
+[B, H, S, 1] and a seed and offset; the math path is made of ordinary ops, so autograd keeps its
+S x S softmax and float32 copies of q, k and v (it computes fp16 and bf16 in float32).
 
 The filters reproduced are those that a dense training step can fail: the architecture range,
 dtype, head dimension (size, alignment, the sm86/89/120 backward limit), a mask (flash takes
 none), causal with unequal lengths, cuDNN's dropout resolution and shape limits. Not reproduced:
 nested tensors, ROCm, user switches (``torch.backends.cuda.enable_*_sdp``), deterministic mode,
-storage offsets (q, k, v are assumed aligned, as a projection's views are).
+storage offsets (q, k, v are assumed aligned, as a projection's views are), the copy of a
+mask the memory-efficient path pads to an aligned length.
 
 ``attention_on_meta`` runs the chosen kernel's own meta function (``_scaled_dot_product_
 flash_attention`` and the others have one), so autograd saves exactly the tensors above;
