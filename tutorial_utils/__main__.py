@@ -134,6 +134,7 @@ def add_estimate_parser(commands) -> None:
     estimate.add_argument(
         "--gpu",
         default="any",
+        type=str.lower,
         choices=GPU_CHOICES,
         metavar="NAME",
         help="the GPU model (t4, a10g, l4, a100-40gb, a100-80gb, h100, h200, 3090, 4090; any or "
