@@ -258,9 +258,14 @@ def test_the_command_prints_qlora_rows(tiny_llama, capsys):
     [
         (["--hf-config", "CONFIG", "--precision", "nf4"], "add --lora RANK"),
         (["--torchvision", "resnet18", "--precision", "nf4", "--lora", "4"], "language models"),
+        (
+            ["--hf-config", "CONFIG", "--precision", "nf4", "--lora", "4", "--gpus", "2"]
+            + ["--shard", "fsdp2"],
+            "not emulated",
+        ),  # fmt: skip
     ],
 )
-def test_nf4_needs_a_language_model_and_lora(tiny_llama, arguments, message, capsys):
+def test_nf4_needs_a_language_model_lora_and_one_gpu_or_ddp(tiny_llama, arguments, message, capsys):
     arguments = [tiny_llama if a == "CONFIG" else a for a in arguments]
     assert main(["estimate", *arguments, "--no-search"]) == 2
     err = capsys.readouterr().err.strip()

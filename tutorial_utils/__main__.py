@@ -238,6 +238,11 @@ def run_estimate(args: argparse.Namespace) -> int:
     )
     workload, strategies = estimate_workload(args)
     if args.gpus or args.shard:
+        if workload.precision == "nf4" and args.shard == "fsdp2":
+            raise ValueError(
+                "--precision nf4 with --shard fsdp2 is not emulated (FSDP-QLoRA shards the 4-bit "
+                "weights in bnb_4bit_quant_storage's dtype); --shard ddp or one GPU"
+            )
         from tutorial_utils.estimate.sharded import run_sharded
 
         return run_sharded(workload, strategies, card, args.gpus, args.shard)
