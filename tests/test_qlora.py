@@ -243,6 +243,24 @@ def test_gpt2_qlora_equals_a_real_cpu_step(tmp_path):
     real_and_dry(str(path), tmp_path / "checkpoint", "every-block", ("c_attn", "c_proj"))
 
 
+def test_qlora_counts_the_flops_of_bf16_lora(tiny_llama):
+    """The same products of the same shapes: a 4-bit base changes memory, not the FLOPs the
+    column and the roofline count (its one-op product has a formula of its own). Recomputed
+    inside an autograd Function (gradients off), as bitsandbytes' is, the 4-bit product counts
+    as backward there, not recompute: the phases split differently, the total is the same."""
+    sizes = {"batch": 2, "size": 64, "lora_rank": RANK, "lora_targets": TARGETS}
+    for strategy in ("none", "every-block"):
+        flops = [
+            train_step(build_model(workload), workload, parse_strategy(strategy)).flops
+            for workload in (
+                Workload(f"hf:{tiny_llama}", precision=precision, **sizes)
+                for precision in ("nf4", "bf16")
+            )
+        ]
+        assert flops[0] is not None and flops[1] is not None
+        assert (flops[0].forward, flops[0].total) == (flops[1].forward, flops[1].total)
+
+
 def test_the_command_prints_qlora_rows(tiny_llama, capsys):
     arguments = ["estimate", "--hf-config", tiny_llama, "--seq", "64", "--precision", "nf4"]
     arguments += ["--lora", "4", "--strategies", "none,every-block", "--card", "1GB"]

@@ -20,8 +20,8 @@ What a training step allocates in each quantized layer, as bitsandbytes' CUDA pa
 than 1,536 tokens a step does (its fused kernel for fewer, on some GPUs, skips the forward's
 weight copy; this keeps it, an upper bound there): forward: the input cast to the compute dtype,
 the absmax dequantized (float32) and offset (float32), the whole weight dequantized in the
-compute dtype, the product; then all but the product freed. Nothing is saved for backward but
-the packed weight itself. Backward, where the input needs a gradient: the absmax dequantized
+compute dtype, the product (cast back to the input's dtype); then all but the product freed.
+Nothing is saved for backward but the packed weight itself. Backward, where the input needs a gradient: the absmax dequantized
 again, the weight dequantized in the dtype it was quantized from (bf16 here), the product with
 the output's gradient. No gradient for the 4-bit weight.
 
@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import register_flop_formula
 
 from tutorial_utils.estimate.models import add_lora, build_causal_lm, quiet_bitsandbytes
+from tutorial_utils.measurement.flops import FORMULAS
 
 BLOCK = 64  # weights per absmax: bitsandbytes' default blocksize for 4-bit
 NESTED_BLOCK = 256  # absmax values per second-level absmax (double quantization)
@@ -152,20 +153,24 @@ class Linear4bitOnMeta(nn.Linear):
         return self.dequantized_weight(QUANTIZED_FROM)
 
 
-@torch.library.custom_op("tutorial_utils::linear_4bit", mutates_args=())
-def linear_4bit(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """The product as one op, as ``bitsandbytes::gemm_4bit`` is one: selective checkpointing
-    saves ``aten.mm`` outputs, never this one's, so it recomputes them, as with bitsandbytes."""
+def _product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     return F.linear(x, weight, bias)
 
 
-linear_4bit.register_fake(linear_4bit._init_fn)  # meta tensors run the same product
+# The product as one op, as ``bitsandbytes::gemm_4bit`` is one: selective checkpointing saves
+# ``aten.mm`` outputs, never this one's, so it recomputes them, as with bitsandbytes.
+linear_4bit = torch.library.custom_op("tutorial_utils::linear_4bit", _product, mutates_args=())
+linear_4bit.register_fake(_product)  # meta tensors run the same product
 
 
 @register_flop_formula(torch.ops.tutorial_utils.linear_4bit)
 def _linear_4bit_flops(x_shape, weight_shape, bias_shape, out_shape=None, **kwargs) -> int:
     """A matmul's FLOPs (the dequantization's are not counted, as no elementwise op is)."""
     return 2 * math.prod(x_shape[:-1]) * weight_shape[0] * weight_shape[1]
+
+
+# the step's FLOP counter and the roofline read FORMULAS, copied from PyTorch's at import
+FORMULAS[torch.ops.tutorial_utils.linear_4bit] = _linear_4bit_flops
 
 
 class _DequantizedMatmul(torch.autograd.Function):
