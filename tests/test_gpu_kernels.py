@@ -232,3 +232,19 @@ def test_a_torch_without_cudnn_assumes_the_cuda_wheels(monkeypatch) -> None:
     rules = SdpaRules.installed(H100)
     assert rules.assumed and rules.cudnn_version == gpu_attention.WHEEL_CUDNN_VERSION
     assert choose_kernel(rules, call()) == "cudnn"
+
+
+def test_the_step_roofline_charges_only_the_steps_phases() -> None:
+    """Work before the step (a dry run primes the optimizer state with one optimizer step) is
+    not charged; the same op inside the step is, at the roofline: 2 MiB moved at 1 GB/s."""
+    from tutorial_utils.estimate.gpu_step import StepRoofline
+    from tutorial_utils.measurement.phases import step_phase
+    from tutorial_utils.planning.roofline import Machine
+
+    x = torch.empty(2**18, device="meta")  # 1 MiB of float32
+    with StepRoofline(Machine("m", 1e12, 1e9, "test")) as counter:
+        x.neg()
+        assert counter.seconds == 0
+        with step_phase("optimizer"):
+            x.neg()
+    assert counter.seconds == pytest.approx(2 * 2**20 / 1e9)

@@ -23,6 +23,7 @@ from tutorial_utils.measurement.gpu_attention import (
     gpu_attention_rules,
     recording_kernels,
 )
+from tutorial_utils.measurement.phases import current_phase, declared_phase
 from tutorial_utils.planning.roofline import Machine, RooflineCounter
 
 EFFICIENCY = 0.5  # assumed share of the quoted peaks a training step's ops reach
@@ -75,6 +76,17 @@ def quoted_machine(card: Card, precision: str) -> Machine | None:
     )
 
 
+class StepRoofline(RooflineCounter):
+    """The roofline of the step's own ops: work outside its declared phases (the optimizer
+    state a dry run primes before the step, with one optimizer step on zero gradients) is not
+    charged."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if declared_phase() is None and current_phase() == "forward":  # not in the step
+            return func(*args, **(kwargs or {}))
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
 @dataclass
 class GpuRun:
     """What a dry run did on the chosen GPU: the attention kernels it ran and, with quoted
@@ -100,7 +112,7 @@ def gpu_run(card: Card, precision: str) -> Iterator[GpuRun]:
     """One dry run on ``card``: fills in the kernels it ran and its predicted seconds."""
     run = GpuRun()
     machine = quoted_machine(card, precision)
-    counter = RooflineCounter(machine) if machine is not None else None
+    counter = StepRoofline(machine) if machine is not None else None
     with as_gpu_runs(card), recording_kernels() as kernels:
         with counter if counter is not None else contextlib.nullcontext():
             yield run

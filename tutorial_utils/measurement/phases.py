@@ -38,6 +38,12 @@ def step_phase(name: DeclaredPhase) -> Iterator[None]:
         _declared.phase = previous
 
 
+def declared_phase() -> DeclaredPhase | None:
+    """The phase ``step_phase`` declared on this thread; None outside any (work before a step,
+    such as the optimizer state a dry run primes)."""
+    return getattr(_declared, "phase", None)
+
+
 def _in_backward() -> bool:
     # The id of the running autograd graph task; -1 outside backward. Private, as in
     # torch.utils.checkpoint itself, which uses it to detect recomputation.
