@@ -1,6 +1,6 @@
 """QLoRA on the meta device: a 4-bit base as ``bitsandbytes`` stores and runs it, LoRA on top.
 
-What is emulated is the recipe of peft's quantization guide: ``from_pretrained`` with
+What is emulated is the common QLoRA recipe: ``from_pretrained`` with
 ``BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
 bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.bfloat16)``, then
 ``prepare_model_for_kbit_training`` (which casts every parameter left in 16 bits to float32:
