@@ -248,3 +248,16 @@ def test_the_step_roofline_charges_only_the_steps_phases() -> None:
         with step_phase("optimizer"):
             x.neg()
     assert counter.seconds == pytest.approx(2 * 2**20 / 1e9)
+
+
+def test_quoted_peaks_follow_the_compute_precision() -> None:
+    """bf16 and nf4 (dequantized to bf16) take the bf16 tensor-core peak, fp32 the fp32 one; a
+    T4 has no bf16 tensor cores: its bf16 runs at the fp32 figure; all at 50%."""
+    from tutorial_utils.estimate.gpu_step import quoted_machine
+
+    h100, t4 = parse_card(None, gpu="h100"), parse_card(None, gpu="t4")
+    rates = {p: quoted_machine(h100, p).flops_per_second for p in ("bf16", "nf4", "fp32")}
+    assert rates == {"bf16": 989e12 / 2, "nf4": 989e12 / 2, "fp32": 67e12 / 2}
+    assert quoted_machine(t4, "amp-bf16").flops_per_second == 8.1e12 / 2
+    assert quoted_machine(t4, "amp-fp16").flops_per_second == 65e12 / 2
+    assert quoted_machine(parse_card("24GB"), "bf16") is None  # no GPU named

@@ -60,7 +60,7 @@ def quoted_machine(card: Card, precision: str) -> Machine | None:
     model = card.model
     if model.bandwidth is None or model.fp32_flops is None:
         return None
-    compute = precision.removeprefix("amp-")
+    compute = "bf16" if precision == "nf4" else precision.removeprefix("amp-")  # QLoRA: bf16
     flops = {"fp16": model.fp16_flops, "bf16": model.bf16_flops}.get(compute, model.fp32_flops)
     which = f"{compute} tensor cores, dense" if compute != "fp32" else "fp32"
     if flops is None:  # bf16 on a card without bf16 tensor cores (a T4)
