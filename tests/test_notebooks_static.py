@@ -179,8 +179,7 @@ def test_the_core_is_short_and_reaches_a_result_early(notebook_path: Path) -> No
     first = next(
         number
         for number, cell in enumerate(code, 1)
-        if CHECKPOINT_CALL.search(cell.source)
-        and "copy" in cell.metadata.get("tags", [])
+        if CHECKPOINT_CALL.search(cell.source) and "copy" in cell.metadata.get("tags", [])
     )
     assert first <= FIRST_RESULT_CELL, f"the first checkpointing result is in code cell {first}"
 
