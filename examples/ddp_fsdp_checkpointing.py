@@ -26,7 +26,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.checkpoint import checkpoint
 
-from tutorial_utils.tools import MiB, compare_times, peak_bytes, time_turns
+from tutorial_utils.tools import LiveBytes, MiB, compare_times, peak_bytes, time_turns
 
 
 class Block(nn.Module):
@@ -118,6 +118,33 @@ def train_step(model, optimizer, x, y):
     optimizer.step()
 
 
+def peak_with_resizes_bytes(step, device):
+    """peak_bytes, seeing also the storage resizes FSDP2 frees and restores all-gathered
+    parameters with (untyped_storage().resize_ reaches no dispatch mode, so LiveBytes alone misses
+    them; PyTorch's own memory trackers follow resize_ the same way). CUDA's counter sees them.
+    On a CPU, measure after FSDP2's first step, which creates the storages it resizes."""
+    if device.type == "cuda":
+        return peak_bytes(step, device)
+    resize = torch.UntypedStorage.resize_
+
+    def followed_resize(storage, nbytes):
+        if storage.data_ptr() in counter.live:  # LiveBytes knows storages by address
+            raise RuntimeError(
+                "a storage created during the step was resized: measure a later step"
+            )
+        counter.now_bytes += nbytes - storage.nbytes()
+        counter.peak_bytes = max(counter.peak_bytes, counter.now_bytes)
+        return resize(storage, nbytes)
+
+    with LiveBytes() as counter:
+        torch.UntypedStorage.resize_ = followed_resize
+        try:
+            step()
+        finally:
+            torch.UntypedStorage.resize_ = resize
+    return counter.peak_bytes
+
+
 def state_mib(model, optimizer):
     """Parameters and Adam's state that this rank keeps between steps (its shard, under FSDP)."""
     kept = [*model.parameters(), *(t for s in optimizer.state.values() for t in s.values())]
@@ -162,10 +189,14 @@ def main():
     for name in names:
         model = setup(name, args, device)
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-        train_step(model, optimizer, x, y)  # Adam's state exists from the first step on
-        optimizer.zero_grad(set_to_none=True)
-        peak = peak_bytes(partial(forward_backward, model, x, y), device)
-        memory[name] = (state_mib(model, optimizer), peak / MiB)
+        # Adam's state exists from the first step on; DDP rebuilds its buckets in the second
+        for _ in range(2):
+            train_step(model, optimizer, x, y)
+        peaks = []
+        for measure in (peak_with_resizes_bytes, peak_bytes):  # the third step's forward+backward
+            optimizer.zero_grad(set_to_none=True)
+            peaks.append(measure(partial(forward_backward, model, x, y), device) / MiB)
+        memory[name] = (state_mib(model, optimizer), *peaks)
         steps[name] = partial(train_step, model, optimizer, x, y)
     times = time_turns(steps, turns=args.turns, device=device)  # one thread per rank
 
@@ -181,11 +212,14 @@ def main():
         for case in ddp:
             for r, (ddp_r, _, _) in enumerate(everything):
                 print(f"  rank {r}  {case:<38} {ddp_r[case]}")
-        print("\nMiB per rank: kept between steps (parameters + Adam) | forward + backward peak")
+        print(
+            "\nMiB per rank, third step: kept between steps (parameters + Adam) | forward + "
+            "backward peak | the same by peak_bytes"
+        )
         for name in names:
             for r, (_, memory_r, _) in enumerate(everything):
-                kept, peak = memory_r[name]
-                print(f"  rank {r}  {name:<21} {kept:7.2f} | {peak:7.2f}")
+                kept, peak, ops_peak = memory_r[name]
+                print(f"  rank {r}  {name:<21} {kept:7.2f} | {peak:7.2f} | {ops_peak:7.2f}")
         print(f"\nstep time per rank, one thread each, {args.turns} interleaved turns:")
         for r, (_, _, times_r) in enumerate(everything):
             for plain in ("DDP", "FSDP"):

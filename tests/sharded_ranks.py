@@ -3,8 +3,9 @@
     torchrun --standalone --nproc-per-node 2 tests/sharded_ranks.py --width 32 --depth 4 --batch 512
 
 The same steps as ``examples/ddp_fsdp_checkpointing.py`` (its ``setup``, ``train_step`` and
-``forward_backward``, measured with ``tools.peak_bytes`` after one step), printed by rank 0 as
-JSON in bytes rather than MiB, for ``tests/test_sharded.py`` to hold the prediction to.
+``forward_backward``, the third step's forward and backward measured with its
+``peak_with_resizes_bytes`` and with ``tools.peak_bytes``), printed by rank 0 as JSON in bytes
+rather than MiB, for ``tests/test_sharded.py`` to hold the prediction to.
 """
 
 import argparse
@@ -42,9 +43,13 @@ def main() -> None:
     for name in NAMES:
         model = rank_file.setup(name, args, torch.device("cpu"))
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-        rank_file.train_step(model, optimizer, x, y)
-        optimizer.zero_grad(set_to_none=True)
-        peaks[name] = peak_bytes(partial(rank_file.forward_backward, model, x, y))
+        for _ in range(2):  # as the rank file: DDP rebuilds its buckets in the second step
+            rank_file.train_step(model, optimizer, x, y)
+        peaks[name] = {}
+        for measure in (rank_file.peak_with_resizes_bytes, peak_bytes):
+            optimizer.zero_grad(set_to_none=True)
+            step = partial(rank_file.forward_backward, model, x, y)
+            peaks[name][measure.__name__] = measure(step, torch.device("cpu"))
     everything = [None] * world_size
     dist.all_gather_object(everything, peaks)
     if rank == 0:

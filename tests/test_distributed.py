@@ -79,12 +79,16 @@ def test_reentrant_checkpointing_of_a_shared_block_fails_on_every_rank_and_both_
     assert cases["use_reentrant=False"] == ok
 
 
-def memory(report: str) -> dict[tuple[str, int], tuple[float, float]]:
-    found = re.findall(r"^  rank (\d)  (\S.*?)\s+([\d.]+) \|\s+([\d.]+)$", report, re.M)
-    return {(setup, int(rank)): (float(kept), float(peak)) for rank, setup, kept, peak in found}
+def memory(report: str) -> dict[tuple[str, int], tuple[float, float, float]]:
+    """(kept, forward+backward peak following resizes, peak_bytes' peak) per setup and rank."""
+    found = re.findall(
+        r"^  rank (\d)  (\S.*?)\s+([\d.]+) \|\s+([\d.]+) \|\s+([\d.]+)$", report, re.M
+    )
+    return {(setup, int(rank)): tuple(map(float, mib)) for rank, setup, *mib in found}
 
 
 def test_fsdp_halves_the_model_state_and_checkpointing_lowers_the_peak(report: str) -> None:
+    assert "\nMiB per rank, third step: " in report
     mib = memory(report)
     assert len(mib) == 8  # four setups, two ranks
     for rank in (0, 1):
@@ -92,7 +96,17 @@ def test_fsdp_halves_the_model_state_and_checkpointing_lowers_the_peak(report: s
         for setup in ("DDP", "FSDP"):
             plain, checkpointed = mib[setup, rank], mib[f"{setup} + checkpointing", rank]
             assert checkpointed[0] == plain[0]  # the model state does not change
-            assert checkpointed[1] < plain[1]  # the peak does
+            assert checkpointed[1] < plain[1] and checkpointed[2] < plain[2]  # the peak does
+
+
+def test_only_fsdp_resizes_storages_that_peak_bytes_alone_misses(report: str) -> None:
+    """DDP resizes no storage: both measures agree. FSDP2's all-gathered parameters come and go
+    by storage resizes, which only the resize-following peak counts."""
+    for (setup, _), (_, peak, ops_peak) in memory(report).items():
+        if setup.startswith("DDP"):
+            assert peak == ops_peak, setup
+        else:
+            assert peak > ops_peak, setup
 
 
 def test_step_times_come_per_rank_with_and_without_checkpointing(report: str) -> None:

@@ -122,8 +122,9 @@ def test_ddp_replicates_the_model_and_adds_its_buckets():
 
 
 @pytest.fixture(scope="module")
-def real_peaks() -> list[dict[str, int]]:
-    """Each rank's forward+backward peak in bytes, measured on 2 real gloo ranks (a few s)."""
+def real_peaks() -> list[dict[str, dict[str, int]]]:
+    """Each rank's third forward+backward peak in bytes, on 2 real gloo ranks (a few s), as the
+    rank file measures it (``peak_with_resizes_bytes``) and as ``peak_bytes`` alone does."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                "--nproc-per-node", "2", str(ROOT / "tests" / "sharded_ranks.py"),
                "--width", str(WIDTH), "--depth", str(DEPTH), "--batch", str(BATCH)]  # fmt: skip
@@ -135,13 +136,20 @@ def real_peaks() -> list[dict[str, int]]:
 
 @pytest.mark.parametrize("checkpointed", [False, True])
 def test_fsdp2_prediction_equals_the_real_gloo_ranks_to_the_byte(real_peaks, checkpointed):
-    """Seen as LiveBytes sees it (ops only), the prediction is the real rank's peak exactly;
-    following FSDP2's storage resizes adds the unsharded (all-gathered) parameters LiveBytes
-    misses: at least one block's, all of them at most."""
+    """Seen as LiveBytes sees it (ops only), the prediction is ``peak_bytes``'s exactly; that
+    misses the unsharded (all-gathered) parameters: at least one block's, all of them at most.
+    Following FSDP2's storage resizes, it is the rank file's peak, as a rank measures it when
+    gloo's threads free their communication buffers promptly. On a loaded machine a rank was
+    seen holding one a moment longer (with checkpointing, +16,064 B in 1 of 12 ranks' runs), so
+    the real peak may exceed the prediction by at most the communication buffers."""
     name = "FSDP + checkpointing" if checkpointed else "FSDP"
-    as_livebytes = predict("fsdp2", checkpointed, follow_resizes=False)
-    assert as_livebytes.forward_backward_above_start_bytes == real_peaks[0][name]
     truth = predict("fsdp2", checkpointed)
+    as_livebytes = predict("fsdp2", checkpointed, follow_resizes=False)
+    buffers = truth.breakdown["all_gather"] + truth.breakdown["reduce_scatter"]
+    for real in real_peaks:  # both ranks: same shard sizes, same share of the batch
+        assert as_livebytes.forward_backward_above_start_bytes == real[name]["peak_bytes"]
+        late = real[name]["peak_with_resizes_bytes"] - truth.forward_backward_above_start_bytes
+        assert 0 <= late <= buffers
     missed = truth.forward_backward_peak_bytes - as_livebytes.forward_backward_peak_bytes
     block = 4 * (2 * 4 * WIDTH * WIDTH + 5 * WIDTH)
     assert block <= missed <= sum(4 * math.prod(s) for s in parameter_shapes())
@@ -149,12 +157,12 @@ def test_fsdp2_prediction_equals_the_real_gloo_ranks_to_the_byte(real_peaks, che
 
 @pytest.mark.parametrize("checkpointed", [False, True])
 def test_ddp_prediction_equals_the_real_gloo_ranks_to_the_byte(real_peaks, checkpointed):
-    """The real step measured is DDP's second: its reducer rebuilds the buckets inside it, so
-    they are new there; in the prediction (any later step) they are held before it."""
+    """The real step measured is DDP's third: its reducer rebuilt the buckets in the second, so
+    they are held before it, as in the prediction; DDP resizes no storage, so both measures agree."""
     name = "DDP + checkpointing" if checkpointed else "DDP"
-    report = predict("ddp", checkpointed)
-    rebuilt = report.breakdown["buckets"]
-    assert report.forward_backward_above_start_bytes + rebuilt == real_peaks[0][name]
+    predicted = predict("ddp", checkpointed).forward_backward_above_start_bytes
+    for real in real_peaks:
+        assert real[name] == {"peak_with_resizes_bytes": predicted, "peak_bytes": predicted}
 
 
 @pytest.mark.parametrize("checkpointed", [False, True])
