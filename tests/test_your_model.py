@@ -11,6 +11,7 @@ from tutorial_utils.estimate.card import parse_card
 from tutorial_utils.estimate.estimator import Workload, estimate
 from tutorial_utils.estimate.strategies import DEFAULT_STRATEGIES
 from tutorial_utils.lessons.your_model import (
+    GPU_CARD,
     YourModelPanel,
     model_options,
     plot_estimate,
@@ -52,6 +53,20 @@ def test_panel_estimates_and_searches_the_chosen_strategy():
     assert "every block: longest sequence that fits the card" in text
     assert "GPT2LMHeadModel" in text and figure.axes
     assert "torchvision:resnet18" in model_options()
+
+
+def test_panel_offers_the_commands_gpu_qlora_and_allocator_choices():
+    """The panel's GPU, nf4 and expandable-segments choices reach the estimate as the command's
+    --gpu, --precision nf4 and --expandable-segments do: the T4's own memory and its kernel."""
+    panel = YourModelPanel(sizes_for("ci"))
+    controls = panel.panel.controls
+    assert "nf4" in controls["precision"].options and "t4" in controls["gpu"].options
+    controls["size"].value = 128
+    controls["card"].value = GPU_CARD
+    controls["gpu"].value = "t4"
+    controls["expandable_segments"].value = True
+    _, text = panel.panel.run()
+    assert "card from --gpu (T4)" in text and "expandable" in text
 
 
 def test_sizes_for_takes_a_profile_or_its_name():

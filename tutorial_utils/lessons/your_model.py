@@ -17,9 +17,10 @@ from matplotlib.figure import Figure
 
 from tutorial_utils.display.plotting import figure_subtitle
 from tutorial_utils.display.widgets import RunPanel, int_slider, wide_layout
-from tutorial_utils.estimate.card import GiB, parse_card
+from tutorial_utils.estimate.card import GPUS, GiB, parse_card
 from tutorial_utils.estimate.estimator import (
     PRECISIONS,
+    QLORA,
     Estimate,
     Workload,
     build_model,
@@ -32,6 +33,7 @@ from tutorial_utils.estimate.strategies import DEFAULT_STRATEGIES
 from tutorial_utils.measurement.tracker import CATEGORIES
 
 CARDS = ("8GB", "12GB", "16GB", "24GB", "40GB", "48GB", "80GB")
+GPU_CARD = "the GPU's own"  # the card's memory as --gpu names it (the command without --card)
 CLASSIFIERS = ("resnet18", "resnet50", "convnext_tiny", "vit_b_16")
 CATEGORY_COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52")
 
@@ -116,8 +118,9 @@ def model_options() -> list[str]:
 
 
 class YourModelPanel:
-    """Model, batch, size, precision, LoRA rank, strategy and card; Run dry-runs every strategy
-    (``estimate``), draws them against the card and searches the chosen strategy's largest fit.
+    """Model, batch, size, precision (QLoRA's nf4 too), LoRA rank, strategy, card, GPU model and
+    allocator mode: the command's choices. Run dry-runs every strategy (``estimate``), draws them
+    against the card and searches the chosen strategy's largest fit.
 
     Models are built once per (model, precision, LoRA rank) and reused."""
 
@@ -135,14 +138,23 @@ class YourModelPanel:
             "batch": int_slider("batch", 1, 1, 256),
             "size": int_slider("sequence (tokens) or image side (px)", sizes.sequence, 32, 32768),
             "precision": widgets.Dropdown(
-                options=PRECISIONS, value="bf16", description="precision", layout=wide_layout()
+                options=(*PRECISIONS, QLORA),
+                value="bf16",
+                description="precision",
+                layout=wide_layout(),
             ),
             "lora_rank": int_slider("LoRA rank (0: full fine-tuning)", sizes.lora_rank, 0, 64),
             "strategy": widgets.Dropdown(
                 options=names, value=names[1], description="strategy", layout=wide_layout()
             ),
             "card": widgets.Dropdown(
-                options=CARDS, value="24GB", description="card", layout=wide_layout()
+                options=(*CARDS, GPU_CARD), value="24GB", description="card", layout=wide_layout()
+            ),
+            "gpu": widgets.Dropdown(
+                options=tuple(GPUS), value="any", description="GPU", layout=wide_layout()
+            ),
+            "expandable_segments": widgets.Checkbox(
+                value=False, description="expandable segments (the allocator's mode)"
             ),
             "reserve_percent": int_slider("held back: % of the card (assumed)", 0, 0, 50),
         }
@@ -170,6 +182,8 @@ class YourModelPanel:
         lora_rank: int,
         strategy: str,
         card: str,
+        gpu: str,
+        expandable_segments: bool,
         reserve_percent: int,
     ) -> tuple[Figure, str]:
         workload = self.workload(model, batch, size, precision, lora_rank)
@@ -179,7 +193,12 @@ class YourModelPanel:
         result = estimate(
             workload,
             DEFAULT_STRATEGIES,
-            parse_card(card, f"{reserve_percent}%"),
+            parse_card(
+                None if card == GPU_CARD else card,
+                f"{reserve_percent}%",
+                gpu=gpu,
+                expandable_segments=expandable_segments,
+            ),
             model=self.models[key],
             search=False,
         )
