@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from tutorial_utils.__main__ import main
-from tutorial_utils.estimate.card import Card, GiB, parse_bytes, parse_card
+from tutorial_utils.estimate.card import Card, parse_bytes, parse_card
 from tutorial_utils.estimate.estimator import (
     Workload,
     build_model,
@@ -32,6 +32,7 @@ from tutorial_utils.estimate.estimator import (
 from tutorial_utils.estimate.models import PRESETS, preset_config, repeated_blocks
 from tutorial_utils.estimate.report import estimate_table
 from tutorial_utils.estimate.strategies import Strategy, parse_strategy
+from tutorial_utils.units import GiB
 
 ADAM_STEP_BYTES = 4
 TINY = {

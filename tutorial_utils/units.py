@@ -1,4 +1,4 @@
-"""Units shared by every layer: one definition of a megabyte, and of a ratio between figures.
+"""Units shared by every layer: one definition of a megabyte and a gigabyte, and of a ratio between figures.
 
 Figures in this tutorial are MiB (2**20 bytes), and say so: nvidia-smi prints MiB too. Only the
 articles' quoted figures keep their "MB" (NVML's MiB, as they printed them).
@@ -7,6 +7,7 @@ articles' quoted figures keep their "MB" (NVML's MiB, as they printed them).
 from __future__ import annotations
 
 MB = 2**20
+GiB = 2**30
 
 
 def ratio(value: float | None, base: float | None) -> float | None:

@@ -16,8 +16,7 @@ from tutorial_utils.measurement.allocator import (
     CUBLAS_WORKSPACE_BYTES,
     CUBLAS_WORKSPACE_HOPPER_BYTES,
 )
-
-GiB = 2**30
+from tutorial_utils.units import GiB
 
 # The CUDA context, quoted (not measured here). A figure for a GPU model where one was found;
 # the figure for any GPU since CUDA 11.7's lazy module loading (PyTorch's default since 1.13)

@@ -23,7 +23,7 @@ from typing import Any, cast
 import torch
 import torch.nn as nn
 
-from tutorial_utils.estimate.card import Card, GiB
+from tutorial_utils.estimate.card import Card
 from tutorial_utils.estimate.gpu_step import GpuRun, as_gpu_runs, gpu_run
 from tutorial_utils.estimate.models import (
     add_lora,
@@ -482,25 +482,6 @@ def largest_fit(
 def _replay_fits(report: StepReport, card: Card) -> bool:
     assert report.allocations is not None
     return _replayed(report.allocations, card)(capacity_bytes=card.budget_bytes).fits
-
-
-def summary_rows(result: Estimate) -> list[dict]:
-    """One dict per strategy, for a table or a chart (MiB, GiB; None where not measured)."""
-    rows = []
-    for row in result.rows:
-        entry: dict = {"strategy": row.strategy.name, "gpu_only": row.strategy.gpu_only}
-        if row.report is not None:
-            entry.update({f"{k}_gib": v / GiB for k, v in row.report.breakdown.items()})
-            entry["peak_gib"] = row.report.peak_bytes / GiB
-        if row.allocator is not None:
-            entry["allocated_gib"] = row.allocator.max_allocated_bytes / GiB
-            entry["reserved_gib"] = row.allocator.max_reserved_bytes / GiB
-            entry["margin_gib"] = (row.allocator.margin_bytes or 0) / GiB
-        entry.update(
-            fits=row.fits, flops_ratio=row.flops_ratio, largest=row.largest, trials=row.trials
-        )
-        rows.append(entry)
-    return rows
 
 
 def dry_run_and_real_step(

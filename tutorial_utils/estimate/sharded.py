@@ -36,7 +36,7 @@ from typing import Any, Literal, get_args
 import torch
 import torch.nn as nn
 
-from tutorial_utils.estimate.card import Card, GiB
+from tutorial_utils.estimate.card import Card
 from tutorial_utils.estimate.estimator import (
     Estimate,
     Workload,
@@ -50,6 +50,7 @@ from tutorial_utils.measurement.fake_ranks import BUFFER_CATEGORIES, ShardedStep
 from tutorial_utils.measurement.phases import step_phase
 from tutorial_utils.measurement.step import next_token_loss
 from tutorial_utils.measurement.tracker import CATEGORIES
+from tutorial_utils.units import GiB
 
 Shard = Literal["fsdp2", "ddp"]
 SHARDS: tuple[Shard, ...] = get_args(Shard)

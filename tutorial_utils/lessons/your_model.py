@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 
 from tutorial_utils.display.plotting import figure_subtitle
 from tutorial_utils.display.widgets import RunPanel, int_slider, wide_layout
-from tutorial_utils.estimate.card import GPUS, GiB, parse_card
+from tutorial_utils.estimate.card import GPUS, parse_card
 from tutorial_utils.estimate.estimator import (
     PRECISIONS,
     QLORA,
@@ -31,6 +31,7 @@ from tutorial_utils.estimate.models import PRESETS
 from tutorial_utils.estimate.report import CATEGORY_LABELS, estimate_table
 from tutorial_utils.estimate.strategies import DEFAULT_STRATEGIES
 from tutorial_utils.measurement.tracker import CATEGORIES
+from tutorial_utils.units import GiB
 
 CARDS = ("8GB", "12GB", "16GB", "24GB", "40GB", "48GB", "80GB")
 GPU_CARD = "the GPU's own"  # the card's memory as --gpu names it (the command without --card)
