@@ -11,7 +11,9 @@ import torch.nn as nn
 from tutorial_utils.articles.profiles import PROFILES
 from tutorial_utils.checkpointing.blocks import checkpointed_blocks
 from tutorial_utils.checkpointing.selective import MATRIX_PRODUCT_OPS, saving_policy
+from tutorial_utils.display.figure_check import figure_problems
 from tutorial_utils.lessons.checkpointing_a_transformer import (
+    StrategyExplorer,
     TransformerStrategy,
     adamw,
     block_saved_bytes,
@@ -234,3 +236,26 @@ def test_every_profile_has_sizes_and_an_unknown_one_says_what_to_do():
     assert all(set(sizes_for(profile).fit_strategies) <= menu for profile in PROFILES.values())
     with pytest.raises(ValueError, match="add it to SIZES"):
         sizes_for(dataclasses.replace(PROFILES["ci"], name="laptop"))
+
+
+def test_explorer_dry_runs_every_strategy_and_follows_its_sliders():
+    models = {
+        "GPT-2": build_causal_lm(small_gpt2_config(layers=4), "meta"),
+        "Llama": build_causal_lm(small_llama_config(layers=4), "meta"),
+    }
+    explorer = StrategyExplorer(models, batch=2, sequence=64)
+    figure, table = explorer.panel.run()
+    assert not figure_problems(figure)
+    assert "dry run (meta device)" in table
+    for strategy in strategy_menu(4):
+        assert strategy.name in table
+    explorer.panel.controls["sequence"].value = 128
+    _, longer = explorer.panel.run()
+    assert longer != table and "batch 2 x 128" in longer
+    explorer.panel.controls["model"].value = "Llama"
+    _, llama = explorer.panel.run()
+    assert llama.startswith("Llama")
+    explorer.panel.controls["model"].value = "GPT-2"
+    explorer.panel.controls["sequence"].value = 2048  # past GPT-2's context: said, not predicted
+    with pytest.raises(ValueError, match="at most 1,024 tokens"):
+        explorer.panel.run()

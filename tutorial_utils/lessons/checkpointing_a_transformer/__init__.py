@@ -7,8 +7,9 @@ meta device (dry runs: exact tensor bytes and FLOPs, no time: predictions, not m
 module per job: ``models``, ``strategies`` (each a setting of ``activation_checkpointing_enable``,
 one step under each, their tables), ``layer_memory`` (one block against Korthikanti et al.'s
 formula, the attention kernel check against a real CPU step), ``pitfalls`` (what the installed
-``transformers`` says and defaults to) and ``reach`` (the longest sequence on a card); the
-notebook imports every name from here."""
+``transformers`` says and defaults to), ``reach`` (the longest sequence on a card) and
+``explorer`` (every strategy at the batch and sequence a learner picks, in a panel); the notebook
+imports every name from here."""
 
 from tutorial_utils.estimate.models import (
     ATTENTION,
@@ -17,6 +18,10 @@ from tutorial_utils.estimate.models import (
     decoder_blocks,
     describe_model,
     trainable_parameters,
+)
+from tutorial_utils.lessons.checkpointing_a_transformer.explorer import (
+    StrategyExplorer,
+    plot_strategies,
 )
 from tutorial_utils.lessons.checkpointing_a_transformer.layer_memory import (
     attention_paths,
@@ -64,6 +69,7 @@ __all__ = [
     "OFFLOAD_NOTE",
     "SIZES",
     "Sizes",
+    "StrategyExplorer",
     "TransformerStrategy",
     "adamw",
     "add_lora",
@@ -83,6 +89,7 @@ __all__ = [
     "llama_1b_config",
     "lm_step",
     "longest_sequences",
+    "plot_strategies",
     "rows_table",
     "sizes_for",
     "small_gpt2_config",
