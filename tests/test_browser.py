@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -324,7 +325,13 @@ def save_and_read(page, lab: LabServer, notebook: Path) -> dict:
     while lab.api(path + "?content=0")["last_modified"] == before:
         assert time.monotonic() < deadline, "JupyterLab did not save the notebook"
         page.wait_for_timeout(250)
-    return lab.api(path + "?content=1")["content"]
+    while True:  # the server may still be writing: it answers 400 "Unreadable Notebook" meanwhile
+        try:
+            return lab.api(path + "?content=1")["content"]
+        except urllib.error.HTTPError as error:
+            if error.code != 400 or time.monotonic() > deadline:
+                raise
+            page.wait_for_timeout(250)
 
 
 def next_value(readout_text: str, minimum: float, maximum: float) -> str:
