@@ -136,20 +136,20 @@ def real_peaks() -> list[dict[str, dict[str, int]]]:
 
 @pytest.mark.parametrize("checkpointed", [False, True])
 def test_fsdp2_prediction_equals_the_real_gloo_ranks_to_the_byte(real_peaks, checkpointed):
-    """Seen as LiveBytes sees it (ops only), the prediction is ``peak_bytes``'s exactly; that
-    misses the unsharded (all-gathered) parameters: at least one block's, all of them at most.
-    Following FSDP2's storage resizes, it is the rank file's peak, as a rank measures it when
-    gloo's threads free their communication buffers promptly. On a loaded machine a rank was
-    seen holding one a moment longer (with checkpointing, +16,064 B in 1 of 12 ranks' runs), so
-    the real peak may exceed the prediction by at most the communication buffers."""
+    """Seen as LiveBytes sees it (ops only), the prediction is ``peak_bytes``'s; that misses the
+    unsharded (all-gathered) parameters: at least one block's, all of them at most. Following
+    FSDP2's storage resizes, it is the rank file's peak. Both hold to the byte when gloo's threads
+    free their communication buffers promptly; on a loaded machine a rank was seen holding one a
+    moment longer (with checkpointing, +16,064 B, in both measures, about 1 run in 10), so the
+    real peaks may exceed the predictions by at most the communication buffers."""
     name = "FSDP + checkpointing" if checkpointed else "FSDP"
     truth = predict("fsdp2", checkpointed)
     as_livebytes = predict("fsdp2", checkpointed, follow_resizes=False)
     buffers = truth.breakdown["all_gather"] + truth.breakdown["reduce_scatter"]
     for real in real_peaks:  # both ranks: same shard sizes, same share of the batch
-        assert as_livebytes.forward_backward_above_start_bytes == real[name]["peak_bytes"]
+        late_ops = real[name]["peak_bytes"] - as_livebytes.forward_backward_above_start_bytes
         late = real[name]["peak_with_resizes_bytes"] - truth.forward_backward_above_start_bytes
-        assert 0 <= late <= buffers
+        assert 0 <= late_ops <= buffers and 0 <= late <= buffers
     missed = truth.forward_backward_peak_bytes - as_livebytes.forward_backward_peak_bytes
     block = 4 * (2 * 4 * WIDTH * WIDTH + 5 * WIDTH)
     assert block <= missed <= sum(4 * math.prod(s) for s in parameter_shapes())
