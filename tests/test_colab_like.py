@@ -145,6 +145,24 @@ def sanitize_file(runtime: Runtime, target: Path) -> Path:
     return target
 
 
+def source_tree(destination: Path) -> Path:
+    """The files git would commit (tracked, or new and not ignored), copied: a wheel built in the
+    checkout itself would reuse a stale ``build/`` and ship modules deleted since, as
+    ``pip install git+...`` from a fresh clone never would."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    for name in listed:
+        if (ROOT / name).is_file():  # a tracked file deleted in the work tree is left out
+            (destination / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, destination / name)
+    return destination
+
+
 @pytest.mark.parametrize("name", RUNTIMES)
 def test_the_wheel_alone_runs_every_notebook_with_ipywidgets_7(tmp_path: Path, name: str) -> None:
     runtime = RUNTIMES[name]
@@ -160,7 +178,7 @@ def test_the_wheel_alone_runs_every_notebook_with_ipywidgets_7(tmp_path: Path, n
         "--no-build-isolation",
         "-w",
         str(dist),
-        str(ROOT),
+        str(source_tree(tmp_path / "source")),
     )
     wheel = next(dist.glob("tutorial_utils-*.whl"))
     venv = tmp_path / "venv"
