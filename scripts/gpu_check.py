@@ -4,7 +4,7 @@ The CPU tests cannot reach the code that only runs on CUDA, so this runs it on a
 section, and writes what it found:
 
 1. hardware: GPU names, count and memory, driver, CUDA, cuDNN, torch and Python versions, NVML used
-   MB through the package's reader beside the driver's free/total.
+   MiB through the package's reader beside the driver's free/total.
 2. cross-check: the tracker and the dry run against ``torch.cuda.max_memory_allocated`` (the
    articles' VGG16 and NetA steps), with relative errors.
 3. batch search: ``find_max_batch_size(mode="cuda")`` for NetA at 224 px under the second
@@ -62,7 +62,7 @@ from tutorial_utils.measurement.batch_search import MaxBatchResult, find_max_bat
 from tutorial_utils.measurement.devices import hardware_line
 from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step
 from tutorial_utils.measurement.gradients import compare_gradients, parameter_gradients
-from tutorial_utils.measurement.nvml import nvml_driver_version, nvml_used_mb
+from tutorial_utils.measurement.nvml import nvml_driver_version, nvml_used_mib
 from tutorial_utils.measurement.step import (
     OptimizerFactory,
     StepReport,
@@ -71,7 +71,7 @@ from tutorial_utils.measurement.step import (
     measure_step,
 )
 from tutorial_utils.training.distributed import RankContext, launch
-from tutorial_utils.units import MB
+from tutorial_utils.units import MiB
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUTPUT = ROOT / "docs" / "gpu_report.md"
@@ -315,8 +315,8 @@ def hardware_section(budget: Budget) -> Outcome:
     for index in range(torch.cuda.device_count()):
         properties = torch.cuda.get_device_properties(index)
         free, total = torch.cuda.mem_get_info(index)
-        nvml = nvml_used_mb(index)
-        if nvml.used_mb is None:
+        nvml = nvml_used_mib(index)
+        if nvml.used_mib is None:
             failures.append(f"NVML could not be read on GPU {index}: {nvml.reason}")
         gpus.append(
             {
@@ -324,9 +324,9 @@ def hardware_section(budget: Budget) -> Outcome:
                 "name": properties.name,
                 "capability": f"{properties.major}.{properties.minor}",
                 "multiprocessors": properties.multi_processor_count,
-                "total_mib": total / MB,
-                "driver_used_mib": (total - free) / MB,
-                "nvml_used_mb": nvml.used_mb,
+                "total_mib": total / MiB,
+                "driver_used_mib": (total - free) / MiB,
+                "nvml_used_mib": nvml.used_mib,
             }
         )
     versions = {
@@ -348,7 +348,7 @@ def hardware_section(budget: Budget) -> Outcome:
                     Column("multiprocessors", "multiprocessors", "{:d}", MEASURED),
                     Column("total MiB", "total_mib", "{:.0f}", MEASURED),
                     Column("used MiB (cudaMemGetInfo)", "driver_used_mib", "{:.0f}", MEASURED),
-                    Column("used MiB (NVML)", "nvml_used_mb", "{:.0f}", MEASURED),
+                    Column("used MiB (NVML)", "nvml_used_mib", "{:.0f}", MEASURED),
                 ],
                 gpus,
             ),
@@ -420,8 +420,8 @@ def dry_run_row(step: CrossCheckStep) -> dict:
         "batch": step.input_shape[0],
         "image_size": step.input_shape[-1],
         "optimizer": step.optimizer,
-        "dry_run_peak_mb": report.peak_mb,
-        "dry_run_breakdown_mb": report.breakdown_mb,
+        "dry_run_peak_mib": report.peak_mib,
+        "dry_run_breakdown_mib": report.breakdown_mib,
     }
 
 
@@ -440,23 +440,25 @@ def measured_row(dry_row: dict, report: StepReport) -> dict:
     cuda_before = report.cuda_allocated_before
     return {
         **dry_row,
-        "tracked_peak_mb": report.peak_mb,
-        "cuda_peak_allocated_mb": report.cuda_peak_allocated_mb,
-        "cuda_peak_reserved_mb": report.cuda_peak_reserved_mb,
-        "nvml_used_mb": report.nvml_used_mb,
+        "tracked_peak_mib": report.peak_mib,
+        "cuda_peak_allocated_mib": report.cuda_peak_allocated_mib,
+        "cuda_peak_reserved_mib": report.cuda_peak_reserved_mib,
+        "nvml_used_mib": report.nvml_used_mib,
         "tracker_error": report.tracker_error,
-        "dry_run_error": relative_error(dry_row["dry_run_peak_mb"], report.cuda_peak_allocated_mb),
-        "tracked_baseline_mb": report.baseline_bytes / MB,
-        "cuda_allocated_before_mb": None if cuda_before is None else cuda_before / MB,
+        "dry_run_error": relative_error(
+            dry_row["dry_run_peak_mib"], report.cuda_peak_allocated_mib
+        ),
+        "tracked_baseline_mib": report.baseline_bytes / MiB,
+        "cuda_allocated_before_mib": None if cuda_before is None else cuda_before / MiB,
         "step_seconds": report.seconds,
-        "breakdown_mb": report.breakdown_mb,
-        "activation_peak_mb": report.activation_peak_mb,
+        "breakdown_mib": report.breakdown_mib,
+        "activation_peak_mib": report.activation_peak_mib,
         "device": report.device,
     }
 
 
 def crosscheck(device: torch.device, steps: tuple[CrossCheckStep, ...] = STEPS) -> list[dict]:
-    """One row per step, every figure in MB; memory is freed between steps."""
+    """One row per step, every figure in MiB; memory is freed between steps."""
     rows = []
     for step in steps:
         rows.append(measured_row(dry_run_row(step), measure(step, device)))
@@ -469,13 +471,13 @@ CROSSCHECK_COLUMNS = [
     Column("segments", "segments", "{:d}"),
     Column("batch", "batch", "{:d}"),
     Column("optimizer", "optimizer"),
-    Column("tracked peak MiB", "tracked_peak_mb", "{:.1f}", MEASURED),
-    Column("peak MiB, 512 B blocks", "dry_run_peak_mb", "{:.1f}", DRY_RUN),
-    Column("CUDA peak allocated MiB", "cuda_peak_allocated_mb", "{:.1f}", MEASURED),
+    Column("tracked peak MiB", "tracked_peak_mib", "{:.1f}", MEASURED),
+    Column("peak MiB, 512 B blocks", "dry_run_peak_mib", "{:.1f}", DRY_RUN),
+    Column("CUDA peak allocated MiB", "cuda_peak_allocated_mib", "{:.1f}", MEASURED),
     Column("tracker error", "tracker_error", "{:+.2%}", MEASURED),
     Column("dry-run error", "dry_run_error", "{:+.2%}", DRY_RUN),
-    Column("CUDA peak reserved MiB", "cuda_peak_reserved_mb", "{:.1f}", MEASURED),
-    Column("NVML used MiB", "nvml_used_mb", "{:.0f}", MEASURED),
+    Column("CUDA peak reserved MiB", "cuda_peak_reserved_mib", "{:.1f}", MEASURED),
+    Column("NVML used MiB", "nvml_used_mib", "{:.0f}", MEASURED),
     Column("step s", "step_seconds", "{:.3f}", MEASURED),
 ]
 
@@ -491,9 +493,9 @@ def crosscheck_outcome(rows: list[dict]) -> Outcome:
             "storage rounded up to the CUDA caching allocator's 512-byte blocks. Errors: (peak - "
             "CUDA peak allocated) / CUDA peak allocated (torch.cuda.max_memory_allocated).",
             "Before each step the tracker counted "
-            + ", ".join(cell_text(r["tracked_baseline_mb"], "{:.1f} MiB") for r in rows)
+            + ", ".join(cell_text(r["tracked_baseline_mib"], "{:.1f} MiB") for r in rows)
             + " while CUDA had "
-            + ", ".join(cell_text(r["cuda_allocated_before_mb"], "{:.1f} MiB") for r in rows)
+            + ", ".join(cell_text(r["cuda_allocated_before_mib"], "{:.1f} MiB") for r in rows)
             + " allocated: the difference is memory no tensor owns (e.g. the cuBLAS workspace).",
             "Kernel workspaces allocated and freed inside one op (cuDNN) count in CUDA peak "
             "allocated but are invisible to the tracker and the dry run; NVML adds the CUDA "
@@ -502,7 +504,7 @@ def crosscheck_outcome(rows: list[dict]) -> Outcome:
         [
             f"{row['step']}, {row['segments']} segments: no CUDA peak allocated"
             for row in rows
-            if row["cuda_peak_allocated_mb"] is None
+            if row["cuda_peak_allocated_mib"] is None
         ],
     )
 
@@ -545,7 +547,7 @@ def first_out_of_memory(result: MaxBatchResult) -> dict | None:
 
 SEARCH_COLUMNS = [
     Column("mode", "mode"),
-    Column("budget MiB", "budget_mb", "{:.0f}"),
+    Column("budget MiB", "budget_mib", "{:.0f}"),
     Column("largest batch", "batch_size", "{:d}", MEASURED),
     Column("trials", "trials", "{:d}"),
     Column("batches tried", "tried"),
@@ -564,7 +566,7 @@ def _search_row(label: str, result: MaxBatchResult) -> dict:
     over = first_out_of_memory(result)
     return {
         "mode": label,
-        "budget_mb": result.budget_bytes / MB,
+        "budget_mib": result.budget_bytes / MiB,
         "batch_size": result.batch_size,
         "trials": len(result.trials),
         "tried": ", ".join(f"{t.batch_size}{'' if t.fits else ' (over)'}" for t in result.trials),
@@ -627,8 +629,8 @@ def batch_search_section(budget: Budget) -> Outcome:
 OFFLOAD_SHAPE = (32, 3, 224, 224)
 OFFLOAD_COLUMNS = [
     Column("step", "step"),
-    Column("tracked peak MiB", "tracked_peak_mb", "{:.1f}", MEASURED),
-    Column("CUDA peak allocated MiB", "cuda_peak_allocated_mb", "{:.1f}", MEASURED),
+    Column("tracked peak MiB", "tracked_peak_mib", "{:.1f}", MEASURED),
+    Column("CUDA peak allocated MiB", "cuda_peak_allocated_mib", "{:.1f}", MEASURED),
     Column("step s", "step_seconds", "{:.3f}", MEASURED),
 ]
 GRADIENT_COLUMNS = [
@@ -644,7 +646,7 @@ def offloading_outcome(rows: list[dict], gradients: dict) -> Outcome:
     leave the gradients as they were."""
     plain, offloaded = rows
     failures = []
-    if not offloaded["cuda_peak_allocated_mb"] < plain["cuda_peak_allocated_mb"]:
+    if not offloaded["cuda_peak_allocated_mib"] < plain["cuda_peak_allocated_mib"]:
         failures.append("offloading did not lower the CUDA peak allocated")
     if not gradients["close"]:
         failures.append(f"gradients differ by up to {gradients['max_difference']:.3g}")
@@ -679,8 +681,8 @@ def offloading_section(budget: Budget) -> Outcome:
         rows.append(
             {
                 "step": label,
-                "tracked_peak_mb": report.peak_mb,
-                "cuda_peak_allocated_mb": report.cuda_peak_allocated_mb,
+                "tracked_peak_mib": report.peak_mib,
+                "cuda_peak_allocated_mib": report.cuda_peak_allocated_mib,
                 "step_seconds": report.seconds,
             }
         )
@@ -866,9 +868,9 @@ ESTIMATE_COLUMNS = [
     Column("batch x size", "shape"),
     Column("precision", "precision"),
     Column("strategy", "strategy"),
-    Column("estimate MiB, 512 B blocks", "estimate_mb", "{:.1f}", DRY_RUN),
-    Column("tracked peak MiB", "tracked_peak_mb", "{:.1f}", MEASURED),
-    Column("CUDA peak allocated MiB", "cuda_peak_allocated_mb", "{:.1f}", MEASURED),
+    Column("estimate MiB, 512 B blocks", "estimate_mib", "{:.1f}", DRY_RUN),
+    Column("tracked peak MiB", "tracked_peak_mib", "{:.1f}", MEASURED),
+    Column("CUDA peak allocated MiB", "cuda_peak_allocated_mib", "{:.1f}", MEASURED),
     Column("estimate error", "estimate_error", "{:+.2%}", DRY_RUN),
 ]
 
@@ -889,9 +891,9 @@ def estimate_rows(device: torch.device, checks: tuple = ESTIMATE_CHECKS) -> list
                 "shape": f"{batch} x {size}",
                 "precision": precision + (f", LoRA {lora}" if lora else ""),
                 "strategy": strategy,
-                "estimate_mb": dry.peak_bytes / MB,
-                "tracked_peak_mb": real.peak_bytes / MB,
-                "cuda_peak_allocated_mb": None if cuda is None else cuda / MB,
+                "estimate_mib": dry.peak_bytes / MiB,
+                "tracked_peak_mib": real.peak_bytes / MiB,
+                "cuda_peak_allocated_mib": None if cuda is None else cuda / MiB,
                 "estimate_error": relative_error(dry.peak_bytes, cuda),
             }
         )
@@ -928,13 +930,13 @@ ALLOCATOR_COLUMNS = [
     Column("batch x size", "shape"),
     Column("precision", "precision"),
     Column("strategy", "strategy"),
-    Column("allocated MiB", "predicted_allocated_mb", "{:.1f}", PREDICTED),
-    Column("max_memory_allocated MiB", "cuda_allocated_mb", "{:.1f}", MEASURED),
+    Column("allocated MiB", "predicted_allocated_mib", "{:.1f}", PREDICTED),
+    Column("max_memory_allocated MiB", "cuda_allocated_mib", "{:.1f}", MEASURED),
     Column("error", "allocated_error", "{:+.2%}", PREDICTED),
-    Column("reserved MiB", "predicted_reserved_mb", "{:.1f}", PREDICTED),
-    Column("max_memory_reserved MiB", "cuda_reserved_mb", "{:.1f}", MEASURED),
+    Column("reserved MiB", "predicted_reserved_mib", "{:.1f}", PREDICTED),
+    Column("max_memory_reserved MiB", "cuda_reserved_mib", "{:.1f}", MEASURED),
     Column("error", "reserved_error", "{:+.2%}", PREDICTED),
-    Column("outside the allocator MiB", "outside_allocator_mb", "{:.0f}", MEASURED),
+    Column("outside the allocator MiB", "outside_allocator_mib", "{:.0f}", MEASURED),
 ]
 
 

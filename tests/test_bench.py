@@ -22,7 +22,7 @@ from tutorial_utils.bench import (
 )
 from tutorial_utils.display.tables import columns_table
 from tutorial_utils.measurement.step import DRY_RUN_LABEL, default_optimizer, measure_step
-from tutorial_utils.units import MB
+from tutorial_utils.units import MiB
 
 
 @pytest.fixture(scope="module")
@@ -44,10 +44,10 @@ def test_bench_table_gives_ratios_and_says_n_a():
                 "model": "m",
                 "checkpointing": "none",
                 "batch": 4,
-                "tracked_peak_mb": 10.0,
-                "activation_peak_mb": 8.0,
-                "cuda_peak_allocated_mb": None,
-                "nvml_used_mb": None,
+                "tracked_peak_mib": 10.0,
+                "activation_peak_mib": 8.0,
+                "cuda_peak_allocated_mib": None,
+                "nvml_used_mib": None,
                 "step_seconds": 1.0,
                 "step_gflop": 2.0,
             },
@@ -55,10 +55,10 @@ def test_bench_table_gives_ratios_and_says_n_a():
                 "model": "m",
                 "checkpointing": "2 segments",
                 "batch": 4,
-                "tracked_peak_mb": 5.0,
-                "activation_peak_mb": 2.0,
-                "cuda_peak_allocated_mb": None,
-                "nvml_used_mb": None,
+                "tracked_peak_mib": 5.0,
+                "activation_peak_mib": 2.0,
+                "cuda_peak_allocated_mib": None,
+                "nvml_used_mib": None,
                 "step_seconds": 1.5,
                 "step_gflop": 2.6,
             },
@@ -110,7 +110,7 @@ def test_dry_run_peaks_are_ordered_as_checkpointing_allows(dry):
 
     def peak(prefix: str) -> float:
         (row,) = [row for label, row in flat.items() if label.startswith(prefix)]
-        return row["tracked_peak_mb"]
+        return row["tracked_peak_mib"]
 
     assert peak("floor") <= peak("planner") <= peak("best uniform") < peak("0 segments")
     assert peak("floor") <= peak("nested")
@@ -118,13 +118,13 @@ def test_dry_run_peaks_are_ordered_as_checkpointing_allows(dry):
     assert compiled[0]["step_gflop"] > compiled[-1]["step_gflop"]  # budget 0 recomputes most
     assert compiled[-1]["step_gflop"] == flat["0 segments"]["step_gflop"]  # budget 1: none
     uniform = [row for label, row in flat.items() if label.split(" ")[0].isdigit()]
-    assert all(peak("best uniform") <= row["tracked_peak_mb"] for row in uniform)
+    assert all(peak("best uniform") <= row["tracked_peak_mib"] for row in uniform)
     article = _rows(dry, VGG16_ARTICLE)  # one segment holds every convolution: nothing saved
-    assert article["2 segments"]["tracked_peak_mb"] == article["0 segments"]["tracked_peak_mb"]
+    assert article["2 segments"]["tracked_peak_mib"] == article["0 segments"]["tracked_peak_mib"]
     assert article["2 segments"]["step_gflop"] > article["0 segments"]["step_gflop"]
     neta = [row for row in dry.rows if row["model"] == "NetA"]
     for plain, checkpointed in (neta[0:2], neta[2:4]):
-        assert checkpointed["tracked_peak_mb"] < plain["tracked_peak_mb"]
+        assert checkpointed["tracked_peak_mib"] < plain["tracked_peak_mib"]
         assert checkpointed["flops_ratio"] > 1 == plain["flops_ratio"]
     plain_max, checkpointed_max = neta[4:6]
     assert checkpointed_max["batch"] > plain_max["batch"] > 23
@@ -132,7 +132,7 @@ def test_dry_run_peaks_are_ordered_as_checkpointing_allows(dry):
         "none": plain_max["batch"],
         NETA_CHECKPOINTED: checkpointed_max["batch"],
     }
-    assert all(row["tracked_peak_mb"] <= ARTICLE_CARD_BYTES / MB for row in neta[4:6])
+    assert all(row["tracked_peak_mib"] <= ARTICLE_CARD_BYTES / MiB for row in neta[4:6])
 
 
 def test_dry_run_ratios_are_to_the_plain_step_at_the_same_batch(dry):
@@ -140,13 +140,13 @@ def test_dry_run_ratios_are_to_the_plain_step_at_the_same_batch(dry):
     plain = flat["0 segments"]
     for row in flat.values():
         assert row["tracked_peak_ratio"] == pytest.approx(
-            row["tracked_peak_mb"] / plain["tracked_peak_mb"]
+            row["tracked_peak_mib"] / plain["tracked_peak_mib"]
         )
         if row["step_gflop"] is not None:
             assert row["flops_ratio"] == pytest.approx(row["step_gflop"] / plain["step_gflop"])
     neta = [row for row in dry.rows if row["model"] == "NetA"]
     assert neta[3]["tracked_peak_ratio"] == pytest.approx(
-        neta[3]["tracked_peak_mb"] / neta[2]["tracked_peak_mb"]
+        neta[3]["tracked_peak_mib"] / neta[2]["tracked_peak_mib"]
     )
     assert all(row.get("tracked_peak_ratio") is None for row in neta[4:6])  # no plain twin
 
@@ -195,7 +195,7 @@ def test_deep_chain_rows_show_nested_below_one_level_within_one_forward_pass(dry
     plain = rows["none"]
     one = next(row for label, row in rows.items() if label.startswith("one level"))
     nested = next(row for label, row in rows.items() if label.startswith("nested"))
-    assert nested["activation_peak_mb"] < one["activation_peak_mb"] < plain["activation_peak_mb"]
+    assert nested["activation_peak_mib"] < one["activation_peak_mib"] < plain["activation_peak_mib"]
     assert one["flops_ratio"] < nested["flops_ratio"] <= one["flops_ratio"] + 1 / 3 + 1e-9
     assert "(runs 2x)" in next(label for label in rows if label.startswith("one level"))
 

@@ -99,9 +99,9 @@ def test_strategies_change_what_is_kept_and_recomputed():
     half = rows["every 2nd block"]
     selective = rows["selective: save matmuls"]
     assert none["recompute_gflop"] == 0 < half["recompute_gflop"] < full["recompute_gflop"]
-    assert full["activation_peak_mb"] < half["activation_peak_mb"] < none["activation_peak_mb"]
+    assert full["activation_peak_mib"] < half["activation_peak_mib"] < none["activation_peak_mib"]
     assert 0 < selective["recompute_gflop"] < full["recompute_gflop"]  # attention recomputed
-    assert full["activation_peak_mb"] < selective["activation_peak_mb"]
+    assert full["activation_peak_mib"] < selective["activation_peak_mib"]
     both = rows["selective: save matmuls + attention"]
     assert both["recompute_gflop"] < selective["recompute_gflop"]
     assert all(r["source"].startswith("dry run") for r in rows.values())

@@ -16,10 +16,10 @@ from tutorial_utils.lessons import cifar10_neta as lesson
 from tutorial_utils.measurement.batch_search import find_max_batch_size
 from tutorial_utils.measurement.step import DRY_RUN_LABEL
 from tutorial_utils.tools import saved_bytes
-from tutorial_utils.units import MB
+from tutorial_utils.units import MiB
 
 SIZE = 16
-SMALL_CARD = 400 * MB  # at 224 px: 5 plain and 6 checkpointed samples, a table of 13 dry runs
+SMALL_CARD = 400 * MiB  # at 224 px: 5 plain and 6 checkpointed samples, a table of 13 dry runs
 
 
 def batch(n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -102,7 +102,7 @@ def test_checkpointing_fits_more_and_a_reserve_fits_less(small_card) -> None:
 
 def test_reserve_fit_intervals_agree_with_the_lookup(small_card) -> None:
     fit = lesson.reserve_fit(small_card, {"no checkpoint": 4, "checkpoint": 5})
-    assert fit.runs[0].first_mib == 0 and fit.runs[-1].last_mib == SMALL_CARD // MB
+    assert fit.runs[0].first_mib == 0 and fit.runs[-1].last_mib == SMALL_CARD // MiB
     assert all(a.last_mib + 1 == b.first_mib for a, b in pairwise(fit.runs))
     assert len(fit.reproducing) == 1
     both = fit.reproducing[0]
@@ -191,7 +191,7 @@ def test_forward_with_keeps_what_neta_keeps_for_the_same_segments() -> None:
 
 
 def test_segments_panel_measures_the_ticked_segments_beside_plain() -> None:
-    panel = lesson.segments_panel(NetA, batch, budget_bytes=112 * MB, batch=2, max_batch=8)
+    panel = lesson.segments_panel(NetA, batch, budget_bytes=112 * MiB, batch=2, max_batch=8)
     labels = [control.description for control in panel.controls.values()]
     assert labels[0] == "batch" and labels[1] == "seg0: layer1 -> 64x16x16"
     assert labels[5] == "seg4: layer8, layer9 -> 10"

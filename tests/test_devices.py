@@ -19,7 +19,7 @@ from tutorial_utils.measurement.devices import (
 )
 from tutorial_utils.measurement.nvml import MPS_LABEL, mps_memory_figures
 from tutorial_utils.measurement.step import StepReport, measure_step
-from tutorial_utils.units import MB
+from tutorial_utils.units import MiB
 
 
 def _fake_mac(monkeypatch, available: bool = True) -> None:
@@ -73,26 +73,26 @@ def test_mps_readings_come_from_torch_mps_and_only_on_mps(monkeypatch) -> None:
     assert "not Apple's GPU" in mps_memory_figures("cpu").reason
     assert "is_available() is False" in mps_memory_figures("mps").reason  # no MPS here
     _fake_mac(monkeypatch)
-    monkeypatch.setattr(torch.mps, "current_allocated_memory", lambda: 3 * MB)
-    monkeypatch.setattr(torch.mps, "driver_allocated_memory", lambda: 8 * MB)
+    monkeypatch.setattr(torch.mps, "current_allocated_memory", lambda: 3 * MiB)
+    monkeypatch.setattr(torch.mps, "driver_allocated_memory", lambda: 8 * MiB)
     figures = mps_memory_figures(torch.device("mps"))
-    assert (figures.allocated, figures.driver_allocated, figures.reason) == (3 * MB, 8 * MB, None)
+    assert (figures.allocated, figures.driver_allocated, figures.reason) == (3 * MiB, 8 * MiB, None)
 
 
 def test_a_step_report_shows_mps_readings_beside_the_tracked_peak_labelled() -> None:
     report = StepReport(
-        peak_bytes=10 * MB,
+        peak_bytes=10 * MiB,
         breakdown={},
         activation_peak_bytes=0,
         seconds=None,
         cuda_peak_allocated=None,
         cuda_peak_reserved=None,
-        nvml_used_mb=None,
+        nvml_used_mib=None,
         segments=0,
         batch_size=1,
         device="mps",
-        mps_allocated=3 * MB,
-        mps_driver_allocated=8 * MB,
+        mps_allocated=3 * MiB,
+        mps_driver_allocated=8 * MiB,
     )
     line = report.mps_readings
     assert line.startswith(MPS_LABEL) and MPS_UNTESTED in line

@@ -27,7 +27,7 @@ def clean_figure() -> Figure:
     ax.plot([0, 1], [0.5, 1.5], marker="o", label="line")
     ax.set_ylim(0, 2.5)
     ax.set_xlabel("strategy")
-    ax.set_ylabel("peak (MB)")
+    ax.set_ylabel("peak (MiB)")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
     figure.suptitle("clean")
     figure.tight_layout()
@@ -54,8 +54,8 @@ def test_a_point_outside_the_x_limit_is_reported() -> None:
 def test_overlapping_annotations_are_reported_and_separated_ones_are_not() -> None:
     figure = clean_figure()
     ax = figure.axes[0]
-    ax.annotate("planned, budget 140.8 MB", (0, 1.0))
-    ax.annotate("planned, budget 154.3 MB", (0.02, 1.02))
+    ax.annotate("planned, budget 140.8 MiB", (0, 1.0))
+    ax.annotate("planned, budget 154.3 MiB", (0.02, 1.02))
     problems = figure_problems(figure)
     assert any("overlaps" in problem and "154.3" in problem for problem in problems), problems
     ax.texts[-1].set_position((0.02, 2.2))
@@ -103,7 +103,7 @@ def test_labels_of_nearly_coincident_points_are_placed_apart() -> None:
     ax.set_xlim(0.9, 1.1)
     ax.set_ylim(0.9, 1.1)
     ax.set_xlabel("time")
-    ax.set_ylabel("peak (MB)")
+    ax.set_ylabel("peak (MiB)")
     figure.tight_layout()
     for x, y, text in points:  # the fixed offset used before: labels on top of each other
         ax.annotate(text, (x, y), xytext=(5, 4), textcoords="offset points", fontsize=7)

@@ -26,7 +26,7 @@ from tutorial_utils.measurement.batch_search import BatchTrial, MaxBatchResult
 from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step
 from tutorial_utils.measurement.gradients import compare_gradients
 from tutorial_utils.measurement.step import adam_optimizer, default_optimizer
-from tutorial_utils.units import MB
+from tutorial_utils.units import MiB
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,8 +74,8 @@ def _made_up_results() -> list:
         "Figures",
         [
             Column("name", "name"),
-            Column("peak MB", "peak", "{:.1f}", gpu_check.MEASURED),
-            Column("peak MB", "dry", "{:.1f}", gpu_check.DRY_RUN),
+            Column("peak MiB", "peak", "{:.1f}", gpu_check.MEASURED),
+            Column("peak MiB", "dry", "{:.1f}", gpu_check.DRY_RUN),
             Column("equal", "equal", "{}", gpu_check.MEASURED),
         ],
         [
@@ -104,7 +104,7 @@ def test_report_names_the_hardware_first_and_labels_every_figure():
     assert "Not run" not in text
     header = next(line for line in lines if line.startswith("| name "))
     assert header == (
-        "| name | peak MB (measured on the GPU) | peak MB (dry run) | equal (measured on the GPU) |"
+        "| name | peak MiB (measured on the GPU) | peak MiB (dry run) | equal (measured on the GPU) |"
     )
     assert "| a \\| b | 12.3 | 12.0 | yes |" in lines  # a pipe in a cell does not split it
     assert "| c | n/a | 3.0 | no |" in lines
@@ -404,7 +404,7 @@ def test_stopping_cell_is_the_last_that_started(tmp_path):
 
 def _search(batches_fit: list[tuple[int, bool]], mode: str = "cuda") -> MaxBatchResult:
     trials = [
-        BatchTrial(b, fits, None if not fits else b * MB, None if fits else "CUDA out of memory.")
+        BatchTrial(b, fits, None if not fits else b * MiB, None if fits else "CUDA out of memory.")
         for b, fits in batches_fit
     ]
     best = max((b for b, fits in batches_fit if fits), default=0)
@@ -450,11 +450,11 @@ def test_offloading_outcome_needs_a_lower_peak_and_the_same_gradients():
     off = compare_gradients(plain, [plain[0] + 1e-7, plain[1] + 1.0])
     assert off["bitwise"] is False and off["close"] is False and off["max_difference"] == 1.0
     rows = [
-        {"step": "plain", "cuda_peak_allocated_mb": 100.0},
-        {"step": "offloaded", "cuda_peak_allocated_mb": 60.0},
+        {"step": "plain", "cuda_peak_allocated_mib": 100.0},
+        {"step": "offloaded", "cuda_peak_allocated_mib": 60.0},
     ]
     assert gpu_check.offloading_outcome(rows, same).failures == []
-    rows[1]["cuda_peak_allocated_mb"] = 100.0
+    rows[1]["cuda_peak_allocated_mib"] = 100.0
     failures = gpu_check.offloading_outcome(rows, off).failures
     assert failures == [
         "offloading did not lower the CUDA peak allocated",
@@ -467,11 +467,11 @@ def test_offloading_outcome_needs_a_lower_peak_and_the_same_gradients():
 
 def test_crosscheck_dry_run_rows_are_in_cuda_blocks_and_ordered():
     rows = [gpu_check.dry_run_row(step) for step in gpu_check.STEPS]
-    assert all(round(row["dry_run_peak_mb"] * MB) % 512 == 0 for row in rows)
+    assert all(round(row["dry_run_peak_mib"] * MiB) % 512 == 0 for row in rows)
     article_plain, article_two, flat_six, neta_plain, neta_checkpointed = rows
-    assert article_two["dry_run_peak_mb"] == article_plain["dry_run_peak_mb"]
-    assert flat_six["dry_run_peak_mb"] < article_plain["dry_run_peak_mb"]
-    assert neta_checkpointed["dry_run_peak_mb"] < neta_plain["dry_run_peak_mb"]
+    assert article_two["dry_run_peak_mib"] == article_plain["dry_run_peak_mib"]
+    assert flat_six["dry_run_peak_mib"] < article_plain["dry_run_peak_mib"]
+    assert neta_checkpointed["dry_run_peak_mib"] < neta_plain["dry_run_peak_mib"]
     assert {row["optimizer"] for row in rows} == {"SGD momentum", "Adam"}
 
 
@@ -481,7 +481,7 @@ def test_crosscheck_claims_no_error_without_a_gpu():
         (5, 8), 3, 2, "SGD momentum", default_optimizer,
     )  # fmt: skip
     (row,) = gpu_check.crosscheck(torch.device("cpu"), (step,))
-    assert row["dry_run_peak_mb"] >= row["tracked_peak_mb"]  # rounding up never lowers
+    assert row["dry_run_peak_mib"] >= row["tracked_peak_mib"]  # rounding up never lowers
     assert row["dry_run_error"] is None and row["tracker_error"] is None
     outcome = gpu_check.crosscheck_outcome([row])
     assert outcome.failures == ["chain, 2 segments: no CUDA peak allocated"]
@@ -500,16 +500,16 @@ def test_crosscheck_table_gives_both_errors_against_cuda():
         "segments": 2,
         "batch": 32,
         "optimizer": "SGD momentum",
-        "tracked_peak_mb": 99.0,
-        "dry_run_peak_mb": 101.0,
-        "cuda_peak_allocated_mb": 100.0,
+        "tracked_peak_mib": 99.0,
+        "dry_run_peak_mib": 101.0,
+        "cuda_peak_allocated_mib": 100.0,
         "tracker_error": gpu_check.relative_error(99.0, 100.0),
         "dry_run_error": gpu_check.relative_error(101.0, 100.0),
-        "cuda_peak_reserved_mb": 120.0,
-        "nvml_used_mb": None,
+        "cuda_peak_reserved_mib": 120.0,
+        "nvml_used_mib": None,
         "step_seconds": 0.25,
-        "tracked_baseline_mb": 10.0,
-        "cuda_allocated_before_mb": 10.5,
+        "tracked_baseline_mib": 10.0,
+        "cuda_allocated_before_mib": 10.5,
     }
     outcome = gpu_check.crosscheck_outcome([row])
     assert outcome.failures == []
@@ -556,12 +556,12 @@ def test_estimate_rows_without_a_gpu_claim_no_error(tmp_path):
     check = (f"hf:{config}", 2, 32, "fp32", 0, "every-block")
     (row,) = gpu_check.estimate_rows(torch.device("cpu"), (check,))
     trained_tensors = 2 * 12 + 4  # GPT-2: 12 tensors per block, embeddings and final LayerNorm
-    counters_mb = 4 * trained_tensors / MB
-    assert row["tracked_peak_mb"] - row["estimate_mb"] <= counters_mb  # blocks round up
-    assert row["cuda_peak_allocated_mb"] is None and row["estimate_error"] is None
+    counters_mib = 4 * trained_tensors / MiB
+    assert row["tracked_peak_mib"] - row["estimate_mib"] <= counters_mib  # blocks round up
+    assert row["cuda_peak_allocated_mib"] is None and row["estimate_error"] is None
     outcome = gpu_check.estimate_outcome([row])
     assert outcome.failures == [f"hf:{config} every-block: no CUDA peak allocated"]
-    off = {**row, "cuda_peak_allocated_mb": 1.0, "estimate_error": 0.05}
+    off = {**row, "cuda_peak_allocated_mib": 1.0, "estimate_error": 0.05}
     assert "off by +5.00%" in gpu_check.estimate_outcome([off]).failures[0]
     assert gpu_check.estimate_outcome([{**off, "estimate_error": 0.01}]).failures == []
 

@@ -17,7 +17,7 @@ from tutorial_utils.planning.budget import plan_checkpoints
 from tutorial_utils.planning.limits import peak_floor
 from tutorial_utils.planning.planner import evaluate_plan
 from tutorial_utils.planning.profile import profile_sequential
-from tutorial_utils.units import MB
+from tutorial_utils.units import MiB
 
 
 def _meta_batch(shape):
@@ -224,6 +224,6 @@ def test_the_floor_says_when_a_peak_sits_on_it_and_refuses_one_below():
     model, shape = _chain("in-place ReLUs")
     floor = peak_floor(meta_copy(model), *_meta_batch(shape))
     assert floor.distance(floor.floor_bytes).startswith("on the floor")
-    assert "above the floor" in floor.distance(floor.floor_bytes + 2 * MB)
+    assert "above the floor" in floor.distance(floor.floor_bytes + 2 * MiB)
     with pytest.raises(ValueError, match="below the floor"):
         floor.distance(floor.floor_bytes - 1)

@@ -12,7 +12,7 @@ from torch.utils.checkpoint import checkpoint_sequential
 from tutorial_utils.articles.models import NetA
 from tutorial_utils.measurement import nvml
 from tutorial_utils.measurement.batch_search import find_max_batch_size
-from tutorial_utils.measurement.nvml import cuda_memory_figures, nvml_used_mb
+from tutorial_utils.measurement.nvml import cuda_memory_figures, nvml_used_mib
 from tutorial_utils.measurement.step import measure_step, sweep_segments
 from tutorial_utils.measurement.tracker import CATEGORIES, MemoryLimitExceeded, TensorMemoryTracker
 
@@ -207,12 +207,12 @@ def test_cuda_mode_without_cuda_is_a_clear_error():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only behaviour")
 def test_nvml_and_cuda_readers_give_none_and_a_reason():
-    reading = nvml_used_mb()
-    assert reading.used_mb is None and reading.reason
+    reading = nvml_used_mib()
+    assert reading.used_mib is None and reading.reason
     figures = cuda_memory_figures()
     assert figures.peak_allocated is None and figures.reason
     report = measure_step(linear_chain(2), *chain_batch(batch=8))
-    assert report.cuda_peak_allocated is None and report.nvml_used_mb is None
+    assert report.cuda_peak_allocated is None and report.nvml_used_mib is None
     assert report.cuda_reason and report.nvml_reason
 
 

@@ -170,7 +170,7 @@ def test_the_strategy_menu_lists_nested_plans_only_where_they_nest():
     nested = [s.segments for s in menu if s.kind == "nested"]
     assert nested and all(max(plan.runs) > 2 for plan in nested)
     peaks = {
-        row["checkpointing"]: row["tracked_peak_mb"]
+        row["checkpointing"]: row["tracked_peak_mib"]
         for row in measure_strategies(
             model, x, torch.zeros(256, dtype=torch.long, device="meta"), menu
         )

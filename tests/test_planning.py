@@ -30,7 +30,7 @@ from tutorial_utils.planning.planner import (
 from tutorial_utils.planning.profile import profile_sequential
 from tutorial_utils.planning.strategies import measure_strategies, strategy_menu
 from tutorial_utils.training.loop import train_model
-from tutorial_utils.units import MB
+from tutorial_utils.units import MiB
 
 aten = torch.ops.aten
 TOLERANCE = 0.15
@@ -211,7 +211,7 @@ def test_least_peak_plan_beats_every_uniform_split_on_flat_vgg16():
 
     32 px, batch 1, as dry runs on the meta device (their tracked bytes equal a real step's,
     tests/test_dry_run.py; 40 real VGG16 steps would take a quarter of a minute): parameters and
-    their gradients dominate VGG16's peak at this size, so the margin is small in MB, but the
+    their gradients dominate VGG16's peak at this size, so the margin is small in MiB, but the
     tracker counts bytes exactly and every step is the same: same model, same batch shape, same
     stateless SGD, gradients None at the start.
     """
@@ -290,7 +290,7 @@ def test_budget_explorer_plans_nested_below_one_levels_least_peak(chain):
     profile = profile_sequential(model, x)
     explorer = BudgetExplorer(profile, "chain")
     least = plan_from_profile(profile)
-    below = (least.predicted_peak_bytes - profile.baseline_bytes) / MB - 0.5
+    below = (least.predicted_peak_bytes - profile.baseline_bytes) / MiB - 0.5
     assert isinstance(explorer.explore(below), str)  # one level cannot
     figure, text = explorer.explore(below, nested=True)
     assert "NestedPlan" in text and "runs per module" in text
@@ -314,9 +314,9 @@ def test_pareto_front_keeps_only_undominated_rows():
 def test_strategy_table_lines_up_and_marks_missing_predictions():
     row = {
         "checkpointing": "selective, 3 regions",
-        "tracked_peak_mb": 10.0,
-        "added_mb": 4.0,
-        "predicted_added_mb": None,
+        "tracked_peak_mib": 10.0,
+        "added_mib": 4.0,
+        "predicted_added_mib": None,
         "added_ratio": 0.5,
         "added_vs_best_uniform": 1.1,
         "step_seconds": 0.2,
@@ -347,14 +347,14 @@ def test_dry_run_rows_get_flop_columns_key_rows_and_a_floor_table():
     shown = key_rows(rows)
     uniform_shown = [row for row in shown if row["kind"] == "uniform"]
     assert len(uniform_shown) == 1  # only the best uniform split, not all of them
-    assert uniform_shown[0]["tracked_peak_mb"] == min(
-        row["tracked_peak_mb"] for row in rows if row["kind"] == "uniform"
+    assert uniform_shown[0]["tracked_peak_mib"] == min(
+        row["tracked_peak_mib"] for row in rows if row["kind"] == "uniform"
     )
     floor = peak_floor(model, inputs, targets)
     text = floor_table(rows, floor)
     assert "floor (no plan goes below)" in text and floor.describe() in text
-    assert all(row["tracked_peak_mb"] >= floor.floor_bytes / 2**20 for row in rows)
-    figure = plot_pareto(rows, "NetA", y="tracked_peak_mb", floor_mb=floor.floor_bytes / 2**20)
+    assert all(row["tracked_peak_mib"] >= floor.floor_bytes / 2**20 for row in rows)
+    figure = plot_pareto(rows, "NetA", y="tracked_peak_mib", floor_mib=floor.floor_bytes / 2**20)
     assert "FLOPs" in figure.axes[0].get_xlabel()
     assert "dry run" in figure._suptitle.get_text()
 
@@ -387,7 +387,7 @@ def test_a_planned_budget_is_kept_as_measured(name):
 def test_a_plain_segment_frees_its_input_as_the_cost_model_assumes():
     """NetA at 64 px, batch 32: cutting a plain run in two changes nothing, and checkpointing the
     first conv and BatchNorm costs exactly the prediction (a plan runner that kept each plain
-    segment's input alive measured 16 MB over it: the miss issue 16 reported)."""
+    segment's input alive measured 16 MiB over it: the miss issue 16 reported)."""
     model = build_on_meta(lambda: neta_as_sequential(NetA())).train()
     x = torch.empty(32, 3, 64, 64, device="meta")
     profile = profile_sequential(model, x)
@@ -406,7 +406,7 @@ def test_a_plan_that_measures_over_its_budget_is_replaced_by_one_that_fits(monke
     model = build_on_meta(lambda: neta_as_sequential(NetA())).train()
     x = torch.empty(32, 3, 64, 64, device="meta")
     real = budget_module.measured_plan_peak
-    miss = 8 * 2**20  # pretend every measurement is 8 MB over the prediction
+    miss = 8 * 2**20  # pretend every measurement is 8 MiB over the prediction
 
     def pessimistic(model, sample_input, plan):
         return real(model, sample_input, plan) + miss
@@ -451,7 +451,7 @@ def test_above_none_names_the_strategies_whose_peak_exceeds_no_checkpointing():
     from tutorial_utils.lessons.choosing_what_to_checkpoint import above_none
 
     def row(name, kind, peak, flops):
-        return {"checkpointing": name, "kind": kind, "tracked_peak_mb": peak, "flops_ratio": flops}
+        return {"checkpointing": name, "kind": kind, "tracked_peak_mib": peak, "flops_ratio": flops}
 
     rows = [row("none", "none", 100.0, 1.0), row("uniform 2", "uniform", 80.0, 1.2),
             row("uniform 30", "uniform", 150.0, 1.0)]  # fmt: skip

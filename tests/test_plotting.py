@@ -36,7 +36,7 @@ def assert_labelled(figure: Figure) -> None:
     for ax in figure.axes:
         assert ax.get_ylabel()
         assert ax.get_xlabel() or ax.get_shared_x_axes().get_siblings(ax) != [ax]
-        assert "(" in ax.get_ylabel()  # a unit, e.g. (MB), (s), (%)
+        assert "(" in ax.get_ylabel()  # a unit, e.g. (MiB), (s), (%)
     figure.canvas.draw()  # really renders
     assert figure_problems(figure) == []  # and nothing overlaps or is cut off
 

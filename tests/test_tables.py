@@ -17,14 +17,14 @@ from tutorial_utils.measurement.step import sweep_segments
 
 
 def test_text_table_aligns_columns_and_refuses_ragged_rows() -> None:
-    table = text_table(("name", "MB"), [("plain", "12.5"), ("checkpointed", "3.0")])
+    table = text_table(("name", "MiB"), [("plain", "12.5"), ("checkpointed", "3.0")])
     lines = table.splitlines()
-    assert lines == ["name            MB", "plain         12.5", "checkpointed   3.0"]
+    assert lines == ["name           MiB", "plain         12.5", "checkpointed   3.0"]
     assert text_table(("a", "b"), [("x", "y")], "rl").splitlines()[1] == "x  y"
     with pytest.raises(ValueError, match="one .l. or .r. per column"):
         text_table(("a", "b"), [], "l")
     with pytest.raises(ValueError, match="2 columns"):
-        text_table(("name", "MB"), [("plain",)])
+        text_table(("name", "MiB"), [("plain",)])
 
 
 def test_the_toy_tables_print_the_simulated_peaks() -> None:

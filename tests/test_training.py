@@ -64,8 +64,8 @@ def test_one_loop_logs_the_article_line_and_records_every_epoch(tmp_path):
     assert first.seconds > 0 and first.samples_per_second > 0
     assert 0 <= first.val_accuracy <= 100
     parameter_bytes = sum(p.numel() * 4 for p in tiny_model().parameters())
-    assert first.tracked_peak_mb * 2**20 > parameter_bytes
-    assert first.nvml_used_mb is None and first.cuda_peak_allocated_mb is None  # CPU
+    assert first.tracked_peak_mib * 2**20 > parameter_bytes
+    assert first.nvml_used_mib is None and first.cuda_peak_allocated_mib is None  # CPU
     # by default only the latest epoch stays on disk: all a resume needs
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [
         "epoch_1.pt",
@@ -178,4 +178,4 @@ def test_command_line_trains_on_generated_data_and_prints_the_log_and_a_summary(
     assert any(ARTICLE_LINE.match(line) for line in result.stdout.splitlines())
     summary = json.loads(result.stdout[result.stdout.index("{\n") :])
     assert summary["experiment"] == experiment and summary["synthetic_data"] is True
-    assert summary["epochs"][0]["tracked_peak_mb"] > 0
+    assert summary["epochs"][0]["tracked_peak_mib"] > 0

@@ -11,7 +11,7 @@ from tutorial_utils.lessons import vgg16_dogcat
 from tutorial_utils.measurement.gradients import max_difference, parameter_gradients
 from tutorial_utils.training.loop import EpochRecord, History
 
-MB = 2**20
+MiB = 2**20
 
 
 def small_net(inplace: bool = False, dropout: float = 0.0) -> nn.Sequential:
@@ -33,7 +33,7 @@ INPUTS = torch.randn(2, 3, 8, 8)
 
 
 def history(label: str, seconds: float, tracked: float, accuracy: float) -> History:
-    record = EpochRecord(0, None, None, accuracy, 0.5, seconds, 10.0, tracked_peak_mb=tracked)
+    record = EpochRecord(0, None, None, accuracy, 0.5, seconds, 10.0, tracked_peak_mib=tracked)
     return History(label, [record])
 
 
@@ -58,7 +58,7 @@ def test_the_time_statement_reads_epoch_ranges_against_the_flop_prediction() -> 
     def two_epochs(label: str, first: float, second: float) -> History:
         run = history(label, first, 100.0, 70.0)
         run.records.append(
-            EpochRecord(1, None, None, 70.0, 0.5, second, 10.0, tracked_peak_mb=100.0)
+            EpochRecord(1, None, None, 70.0, 0.5, second, 10.0, tracked_peak_mib=100.0)
         )
         return run
 

@@ -19,11 +19,11 @@ from tutorial_utils.display.widgets import (
 matplotlib.use("Agg")
 
 
-def memory_view(segments: int, batch_size: int, budget_mb: float):
+def memory_view(segments: int, batch_size: int, budget_mib: float):
     """A compute function of the kind notebooks pass: a figure (pyplot-managed) and a line."""
     fig, ax = plt.subplots()
-    ax.bar(["budget", "need"], [budget_mb, batch_size * (10 - segments)])
-    return fig, f"segments={segments} batch={batch_size} budget={budget_mb:.0f} MB"
+    ax.bar(["budget", "need"], [budget_mib, batch_size * (10 - segments)])
+    return fig, f"segments={segments} batch={batch_size} budget={budget_mib:.0f} MiB"
 
 
 def make_panel(calls: list) -> RunPanel:
@@ -34,7 +34,7 @@ def make_panel(calls: list) -> RunPanel:
     controls = {
         "segments": segment_slider(9, value=2),
         "batch_size": batch_size_slider(max_batch=32, value=8),
-        "budget_mb": budget_slider(max_mb=100, value=40),
+        "budget_mib": budget_slider(max_mib=100, value=40),
     }
     return RunPanel(controls, compute, title="memory against segments")
 
@@ -42,7 +42,7 @@ def make_panel(calls: list) -> RunPanel:
 def test_sliders_start_where_asked():
     assert (segment_slider(10).value, segment_slider(10).max) == (0, 10)
     assert batch_size_slider(max_batch=64, value=16).value == 16
-    assert budget_slider(max_mb=2560, value=2560, step_mb=10).value == 2560
+    assert budget_slider(max_mib=2560, value=2560, step_mib=10).value == 2560
 
 
 @pytest.mark.parametrize(
@@ -51,7 +51,7 @@ def test_sliders_start_where_asked():
         lambda: segment_slider(0),
         lambda: segment_slider(4, value=5),
         lambda: batch_size_slider(max_batch=4, value=8),
-        lambda: budget_slider(max_mb=10, value=20),
+        lambda: budget_slider(max_mib=10, value=20),
     ],
 )
 def test_slider_bad_ranges_are_clear_errors(make):
@@ -66,7 +66,7 @@ def test_run_panel_computes_on_run_only_and_redraws():
     figures_before = set(plt.get_fignums())
 
     panel.run()
-    assert calls == [{"segments": 2, "batch_size": 8, "budget_mb": 40.0}]
+    assert calls == [{"segments": 2, "batch_size": 8, "budget_mib": 40.0}]
     image, text = panel.output.outputs
     assert base64.b64decode(image["data"]["image/png"]).startswith(b"\x89PNG")
     assert text["text"].startswith("segments=2 batch=8")

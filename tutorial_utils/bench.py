@@ -63,7 +63,7 @@ from tutorial_utils.planning.compile_budget import CompileBudget
 from tutorial_utils.planning.limits import peak_floor
 from tutorial_utils.planning.profile import profile_sequential
 from tutorial_utils.planning.strategies import measure_strategies, strategy_menu
-from tutorial_utils.units import MB, ratio
+from tutorial_utils.units import MiB, ratio
 
 DOGCAT_CLASSES, CIFAR_CLASSES = 2, 10
 ARTICLE_SEGMENTS = (0, 2)
@@ -81,9 +81,9 @@ NETA_CHECKPOINTED = f"{NETA_SEGMENTS} checkpointed segments"
 
 # Each figure and the key of its ratio to the step without checkpointing.
 RATIO_OF = {
-    "tracked_peak_mb": "tracked_peak_ratio",
-    "activation_peak_mb": "activation_peak_ratio",
-    "cuda_peak_allocated_mb": "cuda_peak_allocated_ratio",
+    "tracked_peak_mib": "tracked_peak_ratio",
+    "activation_peak_mib": "activation_peak_ratio",
+    "cuda_peak_allocated_mib": "cuda_peak_allocated_ratio",
     "step_seconds": "step_ratio",
     "step_gflop": "flops_ratio",
 }
@@ -102,10 +102,10 @@ def _row(model: str, setting: str, record: StepReport) -> dict:
         "model": model,
         "checkpointing": setting,
         "batch": record.batch_size,
-        "tracked_peak_mb": record.peak_bytes / MB,
-        "activation_peak_mb": record.activation_peak_bytes / MB,
-        "cuda_peak_allocated_mb": record.cuda_peak_allocated_mb,
-        "nvml_used_mb": record.nvml_used_mb,
+        "tracked_peak_mib": record.peak_bytes / MiB,
+        "activation_peak_mib": record.activation_peak_bytes / MiB,
+        "cuda_peak_allocated_mib": record.cuda_peak_allocated_mib,
+        "nvml_used_mib": record.nvml_used_mib,
         "step_seconds": record.seconds,
         "step_gflop": None if record.flops is None else record.flops.total / 1e9,
         "source": record.source,
@@ -248,8 +248,8 @@ def vgg16_dry_run_rows() -> tuple[list[dict], float, str]:
             "model": VGG16_FLAT,
             "checkpointing": "floor: no plan goes below",
             "batch": ARTICLE_BATCH,
-            "tracked_peak_mb": floor.floor_mb,
-            "activation_peak_mb": None,  # a bound on the total, not a step: nothing else
+            "tracked_peak_mib": floor.floor_mib,
+            "activation_peak_mib": None,  # a bound on the total, not a step: nothing else
             "step_gflop": None,
             "source": "lower bound from a dry run (limits.peak_floor)",
         }
@@ -286,7 +286,7 @@ def neta_dry_run_rows() -> tuple[list[dict], dict[str, int]]:
             optimizer_factory=adam_optimizer,
         )
         largest[name] = result.batch_size
-        label = f"{name}, largest batch under {ARTICLE_CARD_BYTES // MB} MiB"
+        label = f"{name}, largest batch under {ARTICLE_CARD_BYTES // MiB} MiB"
         rows.append(_row("NetA", label, _neta_report(on, result.batch_size)))
     return rows, largest
 
@@ -357,13 +357,13 @@ COLUMNS: Columns = (
     ("model", "model", "{}"),
     ("checkpointing", "checkpointing", "{}"),
     ("batch", "batch", "{}"),
-    ("tracked_peak_mb", "tracked peak MiB", "{:.1f}"),
+    ("tracked_peak_mib", "tracked peak MiB", "{:.1f}"),
     ("tracked_peak_ratio", "ratio", "{:.2f}"),
-    ("activation_peak_mb", "activation peak MiB", "{:.1f}"),
+    ("activation_peak_mib", "activation peak MiB", "{:.1f}"),
     ("activation_peak_ratio", "ratio", "{:.2f}"),
-    ("cuda_peak_allocated_mb", "CUDA peak allocated MiB", "{:.1f}"),
+    ("cuda_peak_allocated_mib", "CUDA peak allocated MiB", "{:.1f}"),
     ("cuda_peak_allocated_ratio", "ratio", "{:.2f}"),
-    ("nvml_used_mb", "NVML used MiB", "{:.0f}"),
+    ("nvml_used_mib", "NVML used MiB", "{:.0f}"),
     ("step_seconds", "step s (measured)", "{:.3f}"),
     ("step_ratio", "time ratio (measured)", "{:.2f}"),
     ("step_gflop", "GFLOP (dry run)", "{:.1f}"),
@@ -374,9 +374,9 @@ DRY_RUN_COLUMNS: Columns = (
     ("model", "model", "{}"),
     ("checkpointing", "checkpointing", "{}"),
     ("batch", "batch", "{}"),
-    ("tracked_peak_mb", "tracked peak MiB", "{:.1f}"),
+    ("tracked_peak_mib", "tracked peak MiB", "{:.1f}"),
     ("tracked_peak_ratio", "ratio to none", "{:.2f}"),
-    ("activation_peak_mb", "activation peak MiB", "{:.1f}"),
+    ("activation_peak_mib", "activation peak MiB", "{:.1f}"),
     ("step_gflop", "GFLOP per step", "{:.0f}"),
     ("flops_ratio", "time ratio (predicted from FLOPs)", "{:.2f}"),
 )
@@ -384,9 +384,9 @@ DRY_RUN_COLUMNS: Columns = (
 PLANNER_COLUMNS: Columns = (
     ("checkpointing", "strategy", "{}"),
     ("batch", "batch", "{}"),
-    ("tracked_peak_mb", "tracked peak MiB", "{:.1f}"),
-    ("added_mb", "grads + activations MiB", "{:.1f}"),
-    ("predicted_added_mb", "predicted MiB", "{:.1f}"),
+    ("tracked_peak_mib", "tracked peak MiB", "{:.1f}"),
+    ("added_mib", "grads + activations MiB", "{:.1f}"),
+    ("predicted_added_mib", "predicted MiB", "{:.1f}"),
     ("added_ratio", "vs none", "{:.2f}"),
     ("added_vs_best_uniform", "vs best uniform", "{:.2f}"),
     ("step_seconds", "step s", "{:.3f}"),
@@ -423,7 +423,7 @@ def print_dry_run_bench(bench: DryRunBench) -> None:
         f"each module's backward alone): {bench.floor}."
     )
     print(
-        f"NetA's largest batch under {ARTICLE_CARD_BYTES // MB} MiB (dry-run batch search, tracked "
+        f"NetA's largest batch under {ARTICLE_CARD_BYTES // MiB} MiB (dry-run batch search, tracked "
         f"tensor bytes): {plain} plain, {checkpointed} checkpointed (x{checkpointed / plain:.2f}); "
         f"the article's card gave {NETA_ARTICLE_BATCHES[0]} and {NETA_ARTICLE_BATCHES[1]} "
         "(a real card also keeps memory no tensor owns: notebook 03)."

@@ -6,7 +6,7 @@ articles' quoted figures keep their "MB" (NVML's MiB, as they printed them).
 
 from __future__ import annotations
 
-MB = 2**20
+MiB = 2**20
 GiB = 2**30
 
 

@@ -40,7 +40,7 @@ class Profile:
     sweep_batch_size: int  # batch for segment sweeps and benchmarks
     num_workers: int
     use_real_data: bool  # False: always the small generated sets, even where the real ones exist
-    save_epoch_state: bool  # the latest epoch's state on disk, for resume (VGG16: 1024 MB a run)
+    save_epoch_state: bool  # the latest epoch's state on disk, for resume (VGG16: 1024 MiB a run)
     steps_cap: int | None = None  # TUTORIAL_STEPS: every loop, evaluation and data set capped
 
     @overload
@@ -108,7 +108,7 @@ PROFILES: dict[str, Profile] = {  # keyed by ProfileName; looked up by any strin
         sweep_batch_size=8,
         num_workers=2,
         use_real_data=True,
-        # VGG16's weights and SGD momentum are 1024 MB per run: a laptop's two-epoch lesson
+        # VGG16's weights and SGD momentum are 1024 MiB per run: a laptop's two-epoch lesson
         # writes none (the notebook says so); gpu and article keep the latest epoch's
         save_epoch_state=False,
     ),

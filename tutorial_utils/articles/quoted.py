@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tutorial_utils.units import MB
+from tutorial_utils.units import MiB
 
 
 @dataclass(frozen=True)
@@ -28,8 +28,8 @@ class VGG16Figures:
     batch_size: int = 64
     epochs: int = 10
     segments: int = 2  # checkpoint_sequential(modules, segments, images)
-    nvml_mb_plain: float = 14222.125  # NVML "memory used", printed as MB (MiB: bytes / 2**20)
-    nvml_mb_checkpointed: float = 10550.125
+    nvml_mib_plain: float = 14222.125  # NVML "memory used", printed as MB (MiB: bytes / 2**20)
+    nvml_mib_checkpointed: float = 10550.125
     epoch_seconds_plain: float = 5 * 60  # "about 5 minutes"
     epoch_seconds_checkpointed: float = 6 * 60 + 45  # "about 6 min 45 s"
     val_accuracy_plain: float = 79  # percent
@@ -38,7 +38,7 @@ class VGG16Figures:
 
     @property
     def memory_ratio(self) -> float:
-        return self.nvml_mb_checkpointed / self.nvml_mb_plain
+        return self.nvml_mib_checkpointed / self.nvml_mib_plain
 
     @property
     def time_ratio(self) -> float:
@@ -51,7 +51,7 @@ class NetAFigures:
 
     image_size: int = 224
     segments: int = 5
-    card_bytes: int = 2560 * MB  # "only 2.5G usable" of a GTX 970M 3 GB under Windows
+    card_bytes: int = 2560 * MiB  # "only 2.5G usable" of a GTX 970M 3 GB under Windows
     max_batch_plain: int = 23
     max_batch_checkpointed: int = 31
 

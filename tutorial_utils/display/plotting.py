@@ -19,7 +19,7 @@ from tutorial_utils.articles.profiles import get_profile
 from tutorial_utils.measurement.devices import describe_device
 from tutorial_utils.measurement.phases import PHASES
 from tutorial_utils.measurement.tracker import CATEGORIES
-from tutorial_utils.units import MB
+from tutorial_utils.units import MiB
 
 CATEGORY_COLORS = {
     "parameters": "#4c72b0",
@@ -81,7 +81,7 @@ def plot_breakdown(reports: Mapping[str, Any], *, subtitle: str | None = None) -
     labels = list(reports)
     bottoms = [0.0] * len(labels)
     for category in CATEGORIES:
-        heights = [reports[label].breakdown.get(category, 0) / MB for label in labels]
+        heights = [reports[label].breakdown.get(category, 0) / MiB for label in labels]
         ax.bar(
             labels,
             heights,
@@ -94,7 +94,7 @@ def plot_breakdown(reports: Mapping[str, Any], *, subtitle: str | None = None) -
     for position, label in enumerate(labels):
         report = reports[label]
         ax.annotate(
-            f"{report.peak_bytes / MB:,.1f}",
+            f"{report.peak_bytes / MiB:,.1f}",
             (position, bottoms[position]),
             ha="center",
             va="bottom",
@@ -103,7 +103,7 @@ def plot_breakdown(reports: Mapping[str, Any], *, subtitle: str | None = None) -
         if getattr(report, "cuda_peak_allocated", None) is not None:
             ax.plot(
                 position + 0.45,
-                report.cuda_peak_allocated / MB,
+                report.cuda_peak_allocated / MiB,
                 "k<",
                 label=None if cuda_marked else "CUDA peak allocated",
             )
@@ -132,16 +132,16 @@ def plot_segment_sweep(
     records = sorted(records, key=lambda r: r.segments)
     segments = [r.segments for r in records]
     fig, (ax, act_ax) = _new_figure(ncols=2, width=11.5)
-    ax.plot(segments, [r.peak_bytes / MB for r in records], "o-", color="C0", label="tracked peak")
+    ax.plot(segments, [r.peak_bytes / MiB for r in records], "o-", color="C0", label="tracked peak")
     cuda = [
-        (r.segments, r.cuda_peak_allocated / MB)
+        (r.segments, r.cuda_peak_allocated / MiB)
         for r in records
         if getattr(r, "cuda_peak_allocated", None) is not None
     ]
     if cuda:
         ax.plot(*zip(*cuda, strict=True), "^:", color="C2", label="CUDA peak allocated")
     ax.set_ylabel("peak memory (MiB)", color="C0")
-    ax.set_ylim(bottom=0, top=1.1 * max(r.peak_bytes / MB for r in records))
+    ax.set_ylim(bottom=0, top=1.1 * max(r.peak_bytes / MiB for r in records))
     time_ax = ax.twinx()
     dry = all(r.seconds is None for r in records)
     if dry:
@@ -156,7 +156,7 @@ def plot_segment_sweep(
         time_ax.set_ylim(bottom=0)
     act_ax.plot(
         segments,
-        [r.activation_peak_bytes / MB for r in records],
+        [r.activation_peak_bytes / MiB for r in records],
         "s-",
         color="C1",
         label="activation peak",
@@ -276,13 +276,13 @@ def plot_step_timelines(reports: Mapping[str, Any], *, subtitle: str | None = No
         gridspec_kw={"height_ratios": [12, 1]},
     )
     plt.close(fig)
-    top = max(r.peak_bytes for r in reports.values()) / MB
+    top = max(r.peak_bytes for r in reports.values()) / MiB
     for column, (label, report) in enumerate(reports.items()):
         ax, strip = axes[0][column], axes[1][column]
         ops = range(1, len(report.category_timeline) + 1)
         end = len(ops) + 1  # op k occupies [k, k + 1): the last one ends here
         stacks = [
-            [step[category] / MB for step in report.category_timeline] for category in CATEGORIES
+            [step[category] / MiB for step in report.category_timeline] for category in CATEGORIES
         ]
         ax.stackplot(
             [*ops, end],
@@ -293,8 +293,8 @@ def plot_step_timelines(reports: Mapping[str, Any], *, subtitle: str | None = No
         )
         peak_op = max(ops, key=lambda op: report.timeline[op - 1].current_bytes)
         ax.annotate(
-            f"peak {report.peak_bytes / MB:,.0f} MiB",
-            (peak_op, report.peak_bytes / MB),
+            f"peak {report.peak_bytes / MiB:,.0f} MiB",
+            (peak_op, report.peak_bytes / MiB),
             xytext=(0, 4),
             textcoords="offset points",
             ha="center",

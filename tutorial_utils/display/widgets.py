@@ -62,22 +62,22 @@ def batch_size_slider(
 
 
 def budget_slider(
-    max_mb: float,
+    max_mib: float,
     value: float,
-    min_mb: float = 1.0,
-    step_mb: float = 1.0,
+    min_mib: float = 1.0,
+    step_mib: float = 1.0,
     description: str = "memory budget (MiB)",
 ) -> widgets.FloatSlider:
     """A memory budget in MiB (multiply by 2**20 for bytes)."""
-    if not 0 < min_mb <= value <= max_mb or step_mb <= 0:
+    if not 0 < min_mib <= value <= max_mib or step_mib <= 0:
         raise ValueError(
-            f"need 0 < min_mb <= value <= max_mb and step_mb > 0, got {min_mb}, {value}, {max_mb}, {step_mb}"
+            f"need 0 < min_mib <= value <= max_mib and step_mib > 0, got {min_mib}, {value}, {max_mib}, {step_mib}"
         )
     return widgets.FloatSlider(
         value=value,
-        min=min_mb,
-        max=max_mb,
-        step=step_mb,
+        min=min_mib,
+        max=max_mib,
+        step=step_mib,
         description=description,
         continuous_update=False,
         readout_format=".0f",

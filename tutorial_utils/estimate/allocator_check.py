@@ -19,7 +19,7 @@ from tutorial_utils.measurement.allocator import (
     replay,
 )
 from tutorial_utils.measurement.gpu_attention import SdpaRules, gpu_attention_rules
-from tutorial_utils.units import MB
+from tutorial_utils.units import MiB
 
 # (model, batch, size, precision, LoRA rank, strategy): small enough for seconds on any GPU
 ALLOCATOR_CHECKS = (
@@ -92,13 +92,13 @@ def allocator_rows(device: torch.device, checks: tuple = ALLOCATOR_CHECKS) -> li
                 "shape": f"{batch} x {size}",
                 "precision": precision + (f", LoRA {lora}" if lora else ""),
                 "strategy": strategy,
-                "predicted_allocated_mb": predicted.max_allocated_bytes / MB,
-                "cuda_allocated_mb": measured["allocated"] / MB,
+                "predicted_allocated_mib": predicted.max_allocated_bytes / MiB,
+                "cuda_allocated_mib": measured["allocated"] / MiB,
                 "allocated_error": _error(predicted.max_allocated_bytes, measured["allocated"]),
-                "predicted_reserved_mb": predicted.max_reserved_bytes / MB,
-                "cuda_reserved_mb": measured["reserved"] / MB,
+                "predicted_reserved_mib": predicted.max_reserved_bytes / MiB,
+                "cuda_reserved_mib": measured["reserved"] / MiB,
                 "reserved_error": _error(predicted.max_reserved_bytes, measured["reserved"]),
-                "outside_allocator_mb": measured["outside_allocator"] / MB,
+                "outside_allocator_mib": measured["outside_allocator"] / MiB,
             }
         )
     return rows

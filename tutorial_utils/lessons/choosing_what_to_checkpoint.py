@@ -38,7 +38,7 @@ from tutorial_utils.planning.nested import (
 )
 from tutorial_utils.planning.planner import Plan, evaluate_plan, plan_from_profile
 from tutorial_utils.planning.profile import ModelProfile
-from tutorial_utils.units import MB
+from tutorial_utils.units import MiB
 
 KIND_STYLES = {
     "none": ("black", "s"),
@@ -173,7 +173,7 @@ def nested_table(result: dict) -> str:
         peak = result["reports"][name].activation_peak_bytes
         runs = max(plan.runs)
         lines.append(
-            f"{name:<10}  {peak / MB:>19,.1f}  {peak / base:>12.2f}  "
+            f"{name:<10}  {peak / MiB:>19,.1f}  {peak / base:>12.2f}  "
             f"{plan.recompute_flops / result['forward_flops']:>26.2f}  {runs}"
         )
     return "\n".join(lines)
@@ -193,16 +193,16 @@ def plot_pareto(
     rows: Sequence[dict],
     title: str,
     *,
-    y: str = "added_mb",
+    y: str = "added_mib",
     subtitle: str | None = None,
-    floor_mb: float | None = None,
+    floor_mib: float | None = None,
 ) -> Figure:
     """Memory against time for every strategy, the Pareto front joined by a line.
 
-    ``y="added_mb"`` plots what the step adds on top of parameters, batch and optimizer state
-    (gradients + activations at the tracked peak); ``"tracked_peak_mb"`` the whole peak. Rows of
+    ``y="added_mib"`` plots what the step adds on top of parameters, batch and optimizer state
+    (gradients + activations at the tracked peak); ``"tracked_peak_mib"`` the whole peak. Rows of
     real steps are placed by measured step time; rows of dry runs (no time) by their FLOPs over
-    the first row's, the predicted time ratio. ``floor_mb`` draws the peak no plan can beat
+    the first row's, the predicted time ratio. ``floor_mib`` draws the peak no plan can beat
     (``limits.peak_floor``), in the units of ``y``.
     """
     dry = all(row["step_seconds"] is None for row in rows)
@@ -230,9 +230,9 @@ def plot_pareto(
         alpha=0.4,
         label="Pareto front",
     )
-    if floor_mb is not None:
+    if floor_mib is not None:
         ax.axhline(
-            floor_mb, color="black", linestyle="--", linewidth=1, label="floor: no plan below"
+            floor_mib, color="black", linestyle="--", linewidth=1, label="floor: no plan below"
         )
     labels: dict[tuple[float, float], list[str]] = {}  # points drawn on top of each other share one
     for row in rows:
@@ -244,7 +244,7 @@ def plot_pareto(
         else "step time (s, fastest of the measured steps)"
     )
     ax.set_ylabel(
-        "gradients + activations at the peak (MiB)" if y == "added_mb" else "tracked peak (MiB)"
+        "gradients + activations at the peak (MiB)" if y == "added_mib" else "tracked peak (MiB)"
     )
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.grid(alpha=0.3)
@@ -268,7 +268,7 @@ def plot_plan(
     for start, _, _ in plan.boundaries:
         if start:
             ax.axvline(start - 0.5, color="black", linewidth=0.8, linestyle="--")
-    ax.bar(range(len(profile)), [b / MB for b in profile.kept_bytes_per_layer()], color=colors)
+    ax.bar(range(len(profile)), [b / MiB for b in profile.kept_bytes_per_layer()], color=colors)
     ax.set_xticks(range(len(profile)))
     ax.set_xticklabels([layer.name for layer in profile.layers], rotation=90, fontsize=6)
     ax.set_ylabel("kept for backward\nwithout checkpointing (MiB)")
@@ -279,7 +279,7 @@ def plot_plan(
         loc="upper left",
         bbox_to_anchor=(1.01, 1),  # beside the bars: "best" moved with the title's length
     )
-    added = (plan.predicted_peak_bytes - plan.baseline_bytes) / MB
+    added = (plan.predicted_peak_bytes - plan.baseline_bytes) / MiB
     most = f", most runs of a module {max(plan.runs)}" if max(plan.runs) > 2 else ""
     fig.suptitle(
         f"{title}: predicted {added:.1f} MiB above parameters and batch, "
@@ -294,7 +294,7 @@ class BudgetExplorer:
     """A budget slider (MiB of gradients + activations) that re-plans and redraws on every change,
     one level or nested (a checkbox).
 
-    ``explore(budget_mb, nested)`` is the callback as a plain function: it returns the figure
+    ``explore(budget_mib, nested)`` is the callback as a plain function: it returns the figure
     and the plan's table, or the planner's error message when the budget cannot be met.
     """
 
@@ -303,12 +303,12 @@ class BudgetExplorer:
         self.title = title
         least = plan_from_profile(profile)
         plain = evaluate_plan(profile, [(0, len(profile), False)])
-        low = (least.predicted_peak_bytes - profile.baseline_bytes) / MB
-        high = (plain.predicted_peak_bytes - profile.baseline_bytes) / MB
+        low = (least.predicted_peak_bytes - profile.baseline_bytes) / MiB
+        high = (plain.predicted_peak_bytes - profile.baseline_bytes) / MiB
         self.slider = budget_slider(
-            max_mb=float(int(high) + 1),
+            max_mib=float(int(high) + 1),
             value=float(round((low + high) / 2)),
-            min_mb=max(1.0, float(int(low) - 1)),
+            min_mib=max(1.0, float(int(low) - 1)),
             description="budget: gradients + activations (MiB)",
         )
         self.nested = widgets.Checkbox(
@@ -320,15 +320,15 @@ class BudgetExplorer:
         self.nested.observe(lambda _: self.show(), names="value")
         self.show()
 
-    def explore(self, budget_mb: float, nested: bool = False) -> tuple[Figure, str] | str:
-        budget = self.profile.baseline_bytes + int(budget_mb * MB)
+    def explore(self, budget_mib: float, nested: bool = False) -> tuple[Figure, str] | str:
+        budget = self.profile.baseline_bytes + int(budget_mib * MiB)
         planner = nested_from_profile if nested else plan_from_profile
         try:
             plan = planner(self.profile, budget)
         except ValueError as error:
-            return f"budget {budget_mb:.0f} MiB: {error}"
-        figure = plot_plan(self.profile, plan, f"{self.title}, budget {budget_mb:.0f} MiB")
-        return figure, f"budget {budget_mb:.0f} MiB added -> {plan}\n{plan.describe()}"
+            return f"budget {budget_mib:.0f} MiB: {error}"
+        figure = plot_plan(self.profile, plan, f"{self.title}, budget {budget_mib:.0f} MiB")
+        return figure, f"budget {budget_mib:.0f} MiB added -> {plan}\n{plan.describe()}"
 
     def show(self) -> None:
         self.output.outputs = result_outputs(self.explore(self.slider.value, self.nested.value))
@@ -336,9 +336,9 @@ class BudgetExplorer:
 
 TABLE_COLUMNS = (
     ("checkpointing", "strategy", "{}"),
-    ("tracked_peak_mb", "tracked peak MiB", "{:,.1f}"),
-    ("added_mb", "grads+acts MiB", "{:,.1f}"),
-    ("predicted_added_mb", "predicted", "{:,.1f}"),
+    ("tracked_peak_mib", "tracked peak MiB", "{:,.1f}"),
+    ("added_mib", "grads+acts MiB", "{:,.1f}"),
+    ("predicted_added_mib", "predicted", "{:,.1f}"),
     ("added_ratio", "vs none", "{:.2f}"),
     ("added_vs_best_uniform", "vs best uniform", "{:.2f}"),
 )
@@ -365,7 +365,7 @@ def key_rows(rows: Sequence[dict]) -> list[dict]:
     """The rows the text discusses: none, the best uniform split measured, sqrt(n), the plans,
     selective checkpointing and compile budgets (the full table is ``strategy_table(rows)``)."""
     uniform = [row for row in rows if row["kind"] == "uniform"]
-    best = min(uniform, key=lambda row: row["tracked_peak_mb"], default=None)
+    best = min(uniform, key=lambda row: row["tracked_peak_mib"], default=None)
     return [
         row
         for row in rows
@@ -380,12 +380,12 @@ def above_none(rows: Sequence[dict]) -> str:
     the points of a Pareto plot that the text must explain."""
     none = next(row for row in rows if row["kind"] == "none")
     above = [
-        f"{row['checkpointing']} ({row['tracked_peak_mb']:,.1f} MiB, FLOPs x{row['flops_ratio']:.2f})"
+        f"{row['checkpointing']} ({row['tracked_peak_mib']:,.1f} MiB, FLOPs x{row['flops_ratio']:.2f})"
         for row in rows
-        if row["tracked_peak_mb"] > none["tracked_peak_mb"]
+        if row["tracked_peak_mib"] > none["tracked_peak_mib"]
     ]
     listed = ", ".join(above) if above else "none of them"
-    return f"above none's {none['tracked_peak_mb']:,.1f} MiB: {listed}"
+    return f"above none's {none['tracked_peak_mib']:,.1f} MiB: {listed}"
 
 
 def floor_table(rows: Sequence[dict], floor: PeakFloor) -> str:
@@ -394,26 +394,26 @@ def floor_table(rows: Sequence[dict], floor: PeakFloor) -> str:
     chosen = {"none": rows[0]}
     uniform = [row for row in rows if row["kind"] in ("uniform", "sqrt(n)")]
     if uniform:
-        best = min(uniform, key=lambda row: row["tracked_peak_mb"])
+        best = min(uniform, key=lambda row: row["tracked_peak_mib"])
         chosen[f"best uniform ({best['checkpointing']})"] = best
     planned = [row for row in rows if row["kind"] == "planned"]
     if planned:
-        chosen["planner, least peak"] = min(planned, key=lambda row: row["tracked_peak_mb"])
+        chosen["planner, least peak"] = min(planned, key=lambda row: row["tracked_peak_mib"])
     for kind in ("nested", "selective", "compile budget"):
         family = [row for row in rows if row["kind"] == kind]
         if family:
-            best = min(family, key=lambda row: row["tracked_peak_mb"])
+            best = min(family, key=lambda row: row["tracked_peak_mib"])
             chosen[f"best {best['checkpointing']}"] = best
-    floor_mb = floor.floor_bytes / MB
+    floor_mib = floor.floor_bytes / MiB
     width = max(len(name) for name in chosen)
     lines = [f"{'strategy':<{width}}  {'tracked peak MiB':>15}  {'above the floor':>15}"]
     for name, row in chosen.items():
-        above = row["tracked_peak_mb"] / floor_mb - 1
-        lines.append(f"{name:<{width}}  {row['tracked_peak_mb']:>15,.1f}  {above:>14.1%}")
-    lines.append(f"{'floor (no plan goes below)':<{width}}  {floor_mb:>15,.1f}")
+        above = row["tracked_peak_mib"] / floor_mib - 1
+        lines.append(f"{name:<{width}}  {row['tracked_peak_mib']:>15,.1f}  {above:>14.1%}")
+    lines.append(f"{'floor (no plan goes below)':<{width}}  {floor_mib:>15,.1f}")
     lines.append(floor.describe())
     if planned:
-        peak = round(chosen["planner, least peak"]["tracked_peak_mb"] * MB)
+        peak = round(chosen["planner, least peak"]["tracked_peak_mib"] * MiB)
         lines.append(f"planner, least peak: {floor.distance(peak)}")
     return "\n".join(lines)
 

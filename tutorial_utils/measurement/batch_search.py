@@ -21,7 +21,7 @@ from tutorial_utils.measurement.dry_run import build_on_meta
 from tutorial_utils.measurement.nvml import cuda_unavailable_reason
 from tutorial_utils.measurement.step import OptimizerFactory, adam_optimizer, measure_step
 from tutorial_utils.measurement.tracker import MemoryLimitExceeded
-from tutorial_utils.units import MB
+from tutorial_utils.units import MiB
 
 # "tracked": the tracked peak against the budget, any device; "cuda": a real step under a capped
 # CUDA allocator, where running out of memory is the answer
@@ -216,9 +216,9 @@ def _no_batch_fits(trials: Sequence[BatchTrial], budget_bytes: int) -> str:
     if single.peak_bytes is None:  # mode "cuda": out of memory under the cap
         needs = "ran out of memory under the cap"
     else:  # stopped as soon as it went over: a lower bound
-        needs = f"needs more than {single.peak_bytes / MB:,.1f} MiB"
+        needs = f"needs more than {single.peak_bytes / MiB:,.1f} MiB"
     return (
-        f"not even batch 1 fits the budget of {budget_bytes / MB:,.1f} MiB (its step {needs}): "
+        f"not even batch 1 fits the budget of {budget_bytes / MiB:,.1f} MiB (its step {needs}): "
         "raise the budget, checkpoint more of the model, or use smaller samples"
     )
 

@@ -2,8 +2,8 @@
 
 Three CUDA figures, three meanings:
 
-* NVML "used" (``nvml_used_mb``): the number ``nvidia-smi`` and the first article print. It is the
-  whole device's used memory: the CUDA context (hundreds of MB), cuDNN/cuBLAS workspaces, the
+* NVML "used" (``nvml_used_mib``): the number ``nvidia-smi`` and the first article print. It is the
+  whole device's used memory: the CUDA context (hundreds of MiB), cuDNN/cuBLAS workspaces, the
   caching allocator's reserved-but-free blocks, and other processes. That is why it is larger than
   ``max_memory_allocated`` and why it hardly moves when a step frees tensors.
 * CUDA allocated (``torch.cuda.memory_allocated`` / ``max_memory_allocated``): bytes in live
@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import torch
 
 from tutorial_utils.measurement.devices import MPS_UNTESTED, mps_available
-from tutorial_utils.units import MB
+from tutorial_utils.units import MiB
 
 MPS_LABEL = f"MPS readings after the step (torch.mps; {MPS_UNTESTED})"
 
@@ -32,7 +32,7 @@ MPS_LABEL = f"MPS readings after the step (torch.mps; {MPS_UNTESTED})"
 class NvmlReading(NamedTuple):
     """NVML's used memory of one device in MiB, or None and why."""
 
-    used_mb: float | None
+    used_mib: float | None
     reason: str | None = None
 
 
@@ -82,7 +82,7 @@ def _nvml_handle(nvml, device_index: int):
     return nvml.nvmlDeviceGetHandleByIndex(device_index)
 
 
-def nvml_used_mb(device_index: int = 0) -> NvmlReading:
+def nvml_used_mib(device_index: int = 0) -> NvmlReading:
     """Device memory in use as ``nvidia-smi`` reports it (see the module docstring for why it is
     larger than the tensors alive); None with a one-line reason where there is no NVIDIA driver."""
     nvml, reason = _nvml()
@@ -92,7 +92,7 @@ def nvml_used_mb(device_index: int = 0) -> NvmlReading:
         info = nvml.nvmlDeviceGetMemoryInfo(_nvml_handle(nvml, device_index))
     except nvml.NVMLError as error:
         return NvmlReading(None, f"NVML could not read device {device_index} ({error})")
-    return NvmlReading(info.used / MB, None)
+    return NvmlReading(info.used / MiB, None)
 
 
 def nvml_driver_version() -> str | None:

@@ -34,7 +34,7 @@ from tutorial_utils.measurement.nvml import (
     cuda_memory_figures,
     mps_memory_figures,
     nvml_index,
-    nvml_used_mb,
+    nvml_used_mib,
 )
 from tutorial_utils.measurement.phases import step_phase
 from tutorial_utils.measurement.timing import Timing, time_interleaved, time_repeats
@@ -43,19 +43,19 @@ from tutorial_utils.measurement.tracker import (
     TensorMemoryTracker,
     TimelineEvent,
 )
-from tutorial_utils.units import MB
+from tutorial_utils.units import MiB
 
 DRY_RUN_LABEL = "dry run (meta device): exact tensor bytes, no time"
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 
 
-def _mb(value: float | None) -> float | None:
-    return None if value is None else value / MB
+def _mib(value: float | None) -> float | None:
+    return None if value is None else value / MiB
 
 
 @dataclass
 class StepReport:
-    """One training step's memory and time. Bytes unless the name says MB; None where absent."""
+    """One training step's memory and time. Bytes unless the name says MiB; None where absent."""
 
     peak_bytes: int  # tracked peak of live tensor bytes, baseline included
     breakdown: dict[str, int]  # the tracked peak split by CATEGORIES
@@ -63,7 +63,7 @@ class StepReport:
     seconds: float | None  # fastest wall time of an untracked step (None when not timed)
     cuda_peak_allocated: int | None
     cuda_peak_reserved: int | None
-    nvml_used_mb: float | None
+    nvml_used_mib: float | None
     segments: Segments  # as passed to forward_segments: a count, or a strategy
     batch_size: int
     device: str
@@ -72,7 +72,7 @@ class StepReport:
     )
     cuda_allocated_before: int | None = None  # CUDA allocated bytes before the step
     cuda_reason: str | None = None  # why the CUDA figures are None
-    nvml_reason: str | None = None  # why nvml_used_mb is None
+    nvml_reason: str | None = None  # why nvml_used_mib is None
     flops: StepFlops | None = None  # counted in dry runs (or with count_flops=True)
     phase_peak_bytes: dict[str, int] | None = None  # tracked peak within each phase
     rounded_to_blocks: bool = False  # every storage counted in 512-byte CUDA blocks
@@ -97,24 +97,24 @@ class StepReport:
         return f"measured: real step on {self.device}"
 
     @property
-    def peak_mb(self) -> float:
-        return self.peak_bytes / MB
+    def peak_mib(self) -> float:
+        return self.peak_bytes / MiB
 
     @property
-    def activation_peak_mb(self) -> float:
-        return self.activation_peak_bytes / MB
+    def activation_peak_mib(self) -> float:
+        return self.activation_peak_bytes / MiB
 
     @property
-    def breakdown_mb(self) -> dict[str, float]:
-        return {name: value / MB for name, value in self.breakdown.items()}
+    def breakdown_mib(self) -> dict[str, float]:
+        return {name: value / MiB for name, value in self.breakdown.items()}
 
     @property
-    def cuda_peak_allocated_mb(self) -> float | None:
-        return _mb(self.cuda_peak_allocated)
+    def cuda_peak_allocated_mib(self) -> float | None:
+        return _mib(self.cuda_peak_allocated)
 
     @property
-    def cuda_peak_reserved_mb(self) -> float | None:
-        return _mb(self.cuda_peak_reserved)
+    def cuda_peak_reserved_mib(self) -> float | None:
+        return _mib(self.cuda_peak_reserved)
 
     @property
     def mps_readings(self) -> str | None:
@@ -122,9 +122,9 @@ class StepReport:
         if self.mps_allocated is None or self.mps_driver_allocated is None:
             return None
         return (
-            f"{MPS_LABEL}: {self.mps_allocated / MB:,.1f} MiB in tensors, "
-            f"{self.mps_driver_allocated / MB:,.1f} MiB held by the Metal driver "
-            f"(tracked peak {self.peak_mb:,.1f} MiB)"
+            f"{MPS_LABEL}: {self.mps_allocated / MiB:,.1f} MiB in tensors, "
+            f"{self.mps_driver_allocated / MiB:,.1f} MiB held by the Metal driver "
+            f"(tracked peak {self.peak_mib:,.1f} MiB)"
         )
 
     @property
@@ -328,7 +328,7 @@ def measure_step(
     figures = cuda_memory_figures(device)
     mps = mps_memory_figures(device)
     nvml = (
-        nvml_used_mb(nvml_index(device))
+        nvml_used_mib(nvml_index(device))
         if device.type == "cuda"
         else NvmlReading(None, f"device {device} is not a CUDA device")
     )
@@ -341,7 +341,7 @@ def measure_step(
         timing=timing,
         cuda_peak_allocated=figures.peak_allocated,
         cuda_peak_reserved=figures.peak_reserved,
-        nvml_used_mb=nvml.used_mb,
+        nvml_used_mib=nvml.used_mib,
         segments=segments,
         batch_size=len(inputs),
         device=str(device),

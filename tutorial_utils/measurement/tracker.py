@@ -36,7 +36,7 @@ from torch.utils._pytree import tree_leaves
 
 from tutorial_utils.measurement.allocator import AllocationEvent, AllocationLog
 from tutorial_utils.measurement.phases import Phase, current_phase
-from tutorial_utils.units import MB
+from tutorial_utils.units import MiB
 
 try:
     from torch.distributed.tensor import DTensor
@@ -127,8 +127,8 @@ class MemoryLimitExceeded(RuntimeError):
 
     def __init__(self, live_bytes: int, limit_bytes: int):
         super().__init__(
-            f"live tensors reached {live_bytes / MB:.1f} MB, over the limit of "
-            f"{limit_bytes / MB:.1f} MB"
+            f"live tensors reached {live_bytes / MiB:.1f} MiB, over the limit of "
+            f"{limit_bytes / MiB:.1f} MiB"
         )
         self.live_bytes = live_bytes
         self.limit_bytes = limit_bytes
@@ -474,5 +474,5 @@ class TensorMemoryTracker(TorchDispatchMode):
         return self._active
 
     @property
-    def peak_mb(self) -> float:
-        return self.peak_bytes / MB
+    def peak_mib(self) -> float:
+        return self.peak_bytes / MiB

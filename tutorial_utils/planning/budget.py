@@ -23,7 +23,7 @@ from tutorial_utils.planning.nested import NestedPlan, nested_from_profile
 from tutorial_utils.planning.planner import Plan, plan_from_profile
 from tutorial_utils.planning.profile import ModelProfile, profile_sequential
 from tutorial_utils.planning.roofline import Machine
-from tutorial_utils.units import MB
+from tutorial_utils.units import MiB
 
 MAX_REPLANS = 8  # each round tightens by the last miss; a handful always settles in practice
 
@@ -75,7 +75,7 @@ def plan_within(
             if target == budget_bytes:
                 raise
             raise ValueError(
-                f"no plan fits the budget of {budget_bytes / MB:.1f} MiB as measured: the planner's "
+                f"no plan fits the budget of {budget_bytes / MiB:.1f} MiB as measured: the planner's "
                 f"cheapest plans measure above it ({error}); raise the budget or shrink the batch"
             ) from None
         measured = measured_plan_peak(model, sample_input, plan)
@@ -85,7 +85,7 @@ def plan_within(
         target -= measured - budget_bytes  # tighten by the miss and plan again
     raise ValueError(
         f"no plan found within {MAX_REPLANS} re-plans whose measured peak fits "
-        f"{budget_bytes / MB:.1f} MiB (last: {measured / MB:.1f} MiB): raise the budget"
+        f"{budget_bytes / MiB:.1f} MiB (last: {measured / MiB:.1f} MiB): raise the budget"
     )
 
 

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import _disable_current_modes
 
 from tutorial_utils.measurement.timing import Timing, time_interleaved
-from tutorial_utils.units import MB
+from tutorial_utils.units import MiB
 
 
 @dataclass(frozen=True)
@@ -54,13 +54,13 @@ class BudgetPoint:
 
     def describe(self) -> str:
         line = (
-            f"budget {self.budget:.2f}: saved {self.saved_bytes / MB:,.2f} MiB, "
+            f"budget {self.budget:.2f}: saved {self.saved_bytes / MiB:,.2f} MiB, "
             f"step {self.timing.describe()}"
         )
         if self.estimated_bytes is not None and self.saved_with_parameters_bytes:
             line += (
-                f"; with parameters {self.saved_with_parameters_bytes / MB:,.2f} MiB measured, "
-                f"{self.estimated_bytes / MB:,.2f} MiB estimated by the partitioner "
+                f"; with parameters {self.saved_with_parameters_bytes / MiB:,.2f} MiB measured, "
+                f"{self.estimated_bytes / MiB:,.2f} MiB estimated by the partitioner "
                 f"({self.estimated_bytes - self.saved_with_parameters_bytes:+,} bytes)"
             )
         return line

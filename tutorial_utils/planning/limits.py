@@ -34,7 +34,7 @@ import torch.nn as nn
 from tutorial_utils.measurement.dry_run import on_meta
 from tutorial_utils.measurement.step import OptimizerFactory, default_optimizer, measure_step
 from tutorial_utils.measurement.tracker import TensorMemoryTracker
-from tutorial_utils.units import MB
+from tutorial_utils.units import MiB
 
 
 @dataclass(frozen=True)
@@ -64,8 +64,8 @@ class PeakFloor:
     modules: tuple[ModuleBackward, ...] = ()
 
     @property
-    def floor_mb(self) -> float:
-        return self.floor_bytes / MB
+    def floor_mib(self) -> float:
+        return self.floor_bytes / MiB
 
     def describe(self) -> str:
         """One line: the floor and which part sets it."""
@@ -75,9 +75,9 @@ class PeakFloor:
             else "the optimizer step"
         )
         return (
-            f"floor {self.floor_bytes / MB:,.1f} MiB, set by {part} "
-            f"(backward need {self.backward_bytes / MB:,.1f} MiB, optimizer step "
-            f"{self.optimizer_bytes / MB:,.1f} MiB, baseline {self.baseline_bytes / MB:,.1f} MiB)"
+            f"floor {self.floor_bytes / MiB:,.1f} MiB, set by {part} "
+            f"(backward need {self.backward_bytes / MiB:,.1f} MiB, optimizer step "
+            f"{self.optimizer_bytes / MiB:,.1f} MiB, baseline {self.baseline_bytes / MiB:,.1f} MiB)"
         )
 
     def distance(self, peak_bytes: int) -> str:
@@ -88,10 +88,10 @@ class PeakFloor:
                 f"a peak of {peak_bytes} B is below the floor of {self.floor_bytes} B: the floor "
                 "was computed for another model, batch or optimizer"
             )
-        if gap < MB / 10:
+        if gap < MiB / 10:
             return f"on the floor ({gap:,} B above it): no plan can do better"
         return (
-            f"{gap / MB:,.1f} MiB above the floor: no plan goes below the floor; whether one "
+            f"{gap / MiB:,.1f} MiB above the floor: no plan goes below the floor; whether one "
             "reaches it is not known"
         )
 

@@ -48,7 +48,7 @@ from torch.utils.checkpoint import checkpoint
 from tutorial_utils.checkpointing.batchnorm import run_keeping_batchnorm
 from tutorial_utils.planning.planner import recompute_label
 from tutorial_utils.planning.profile import ModelProfile
-from tutorial_utils.units import MB
+from tutorial_utils.units import MiB
 
 # An item of a schedule: ("plain", i) or ("child", start, end, inner schedule).
 Item = tuple
@@ -320,7 +320,7 @@ class NestedPlan:
     def __str__(self) -> str:
         return (
             f"NestedPlan[depth {self.depth}, {self.checkpointed_segments} top-level checkpoints] "
-            f"predicted peak {self.predicted_peak_bytes / MB:.1f} MiB, {self.recompute_label()}"
+            f"predicted peak {self.predicted_peak_bytes / MiB:.1f} MiB, {self.recompute_label()}"
         )
 
     def describe(self) -> str:
@@ -409,14 +409,14 @@ def nested_from_profile(
         room = budget_bytes - fixed
         if room <= 0:
             raise ValueError(
-                f"budget {budget_bytes / MB:.1f} MiB is below parameters, gradients, buffers and "
-                f"batch ({fixed / MB:.1f} MiB): raise the budget or shrink the batch"
+                f"budget {budget_bytes / MiB:.1f} MiB is below parameters, gradients, buffers and "
+                f"batch ({fixed / MiB:.1f} MiB): raise the budget or shrink the batch"
             )
         program = NestedProgram(profile, min(room, max_bytes or room, plain_peak))
         slots = program.least_slots()
         if slots is None or not math.isfinite(program.cost_at(room)):
             raise ValueError(
-                f"no nested schedule fits {budget_bytes / MB:.1f} MiB in the cost model: "
+                f"no nested schedule fits {budget_bytes / MiB:.1f} MiB in the cost model: "
                 "raise the budget or shrink the batch"
             )
         best = program.cost_at(room)

@@ -35,7 +35,7 @@ from torch.utils.checkpoint import checkpoint
 from tutorial_utils.checkpointing.batchnorm import run_keeping_batchnorm
 from tutorial_utils.checkpointing.segments import segment_boundaries
 from tutorial_utils.planning.profile import LayerCost, ModelProfile
-from tutorial_utils.units import MB
+from tutorial_utils.units import MiB
 
 # (start, end, checkpointed): modules ``start..end-1`` run as one segment.
 Segment = tuple[int, int, bool]
@@ -342,7 +342,7 @@ class Plan:
             for start, end, checkpointed in self.boundaries
         )
         return (
-            f"Plan[{runs}] predicted peak {self.predicted_peak_bytes / MB:.1f} MiB, "
+            f"Plan[{runs}] predicted peak {self.predicted_peak_bytes / MiB:.1f} MiB, "
             f"{self.recompute_label()}"
         )
 
@@ -354,9 +354,9 @@ class Plan:
             span = names[0] if end - start == 1 else f"{names[0]} .. {names[-1]}"
             lines.append(f"  {'checkpointed' if checkpointed else 'kept        '}  {span}")
         lines.append(
-            f"predicted peak {self.predicted_peak_bytes / MB:.1f} MiB = "
-            f"{self.baseline_bytes / MB:.1f} MiB parameters, buffers and batch + "
-            f"{(self.predicted_peak_bytes - self.baseline_bytes) / MB:.1f} MiB activations and "
+            f"predicted peak {self.predicted_peak_bytes / MiB:.1f} MiB = "
+            f"{self.baseline_bytes / MiB:.1f} MiB parameters, buffers and batch + "
+            f"{(self.predicted_peak_bytes - self.baseline_bytes) / MiB:.1f} MiB activations and "
             "gradients (optimizer state not included)"
         )
         lines.append(f"{self.recompute_label()} per step (profiled)")
@@ -425,9 +425,9 @@ def plan_from_profile(profile: ModelProfile, budget_bytes: int | None = None) ->
     else:
         if budget_bytes < profile.baseline_bytes + least:
             raise ValueError(
-                f"budget {budget_bytes / MB:.1f} MiB is below the smallest peak any plan reaches, "
-                f"{(profile.baseline_bytes + least) / MB:.1f} MiB "
-                f"({profile.baseline_bytes / MB:.1f} MiB of it parameters, buffers and batch): "
+                f"budget {budget_bytes / MiB:.1f} MiB is below the smallest peak any plan reaches, "
+                f"{(profile.baseline_bytes + least) / MiB:.1f} MiB "
+                f"({profile.baseline_bytes / MiB:.1f} MiB of it parameters, buffers and batch): "
                 "raise the budget or shrink the batch"
             )
         best = table.fastest_within(budget_bytes - profile.baseline_bytes)

@@ -26,7 +26,7 @@ from tutorial_utils.planning.planner import (
     uniform_boundaries,
 )
 from tutorial_utils.planning.profile import ModelProfile, profile_sequential
-from tutorial_utils.units import MB, ratio
+from tutorial_utils.units import MiB, ratio
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def strategy_menu(
     peak without checkpointing (each plan measured to fit its budget, ``planning.budget``; a
     budget no plan meets is left out); the least-peak plan is always included. Their names give the
     budget as bytes added on top of parameters, buffers and batch (activations + gradients), the
-    part a plan changes and ``measure_strategies`` reports as ``added_mb``. Nested plans sit at
+    part a plan changes and ``measure_strategies`` reports as ``added_mib``. Nested plans sit at
     ``nested_fractions`` of the way from the nested program's least peak to no checkpointing, and
     are listed only where they differ from one level (some module runs three or more times).
     Offloading is offered only on CUDA, where it means something.
@@ -80,7 +80,7 @@ def strategy_menu(
             plan = plan_within(model, sample_input, profile, budget)
         except ValueError:
             continue
-        label = f"planned, budget {(budget - profile.baseline_bytes) / MB:.1f} MiB added"
+        label = f"planned, budget {(budget - profile.baseline_bytes) / MiB:.1f} MiB added"
         menu.append(Strategy(label, "planned", plan, plan))
     menu += _nested_plans(model, sample_input, profile, nested_fractions, plain_peak)
     menu += [
@@ -125,7 +125,7 @@ def _nested_plans(
         if not isinstance(plan, NestedPlan) or max(plan.runs) <= 2 or plan.schedule in seen:
             continue
         seen.add(plan.schedule)
-        label = f"nested, budget {(budget - profile.baseline_bytes) / MB:.1f} MiB added"
+        label = f"nested, budget {(budget - profile.baseline_bytes) / MiB:.1f} MiB added"
         menu.append(Strategy(label, "nested", plan, plan))
     return menu
 
@@ -143,8 +143,8 @@ def measure_strategies(
 
     Columns follow ``python -m tutorial_utils bench`` (ratios to the first strategy, which should
     be "none"; on the meta device the steps are dry runs, with FLOP ratios instead of time
-    ratios), plus ``added_mb`` (gradients + activations at the tracked peak: what the plan
-    changes) beside ``predicted_added_mb`` and the ratios to the best uniform split measured.
+    ratios), plus ``added_mib`` (gradients + activations at the tracked peak: what the plan
+    changes) beside ``predicted_added_mib`` and the ratios to the best uniform split measured.
     """
     records = sweep_segments(
         model, inputs, targets, [s.segments for s in menu], device=inputs.device, repeats=repeats
@@ -152,16 +152,18 @@ def measure_strategies(
     rows = [_strategy_row(model_name, s, r) for s, r in zip(menu, records, strict=True)]
     base = rows[0]
     uniform = [row for row in rows if row["kind"] in ("uniform", "sqrt(n)")]
-    best = min(uniform, key=lambda row: row["tracked_peak_mb"], default=None)
+    best = min(uniform, key=lambda row: row["tracked_peak_mib"], default=None)
     for row in rows:
-        row["tracked_peak_ratio"] = row["tracked_peak_mb"] / base["tracked_peak_mb"]
-        row["added_ratio"] = row["added_mb"] / base["added_mb"]
+        row["tracked_peak_ratio"] = row["tracked_peak_mib"] / base["tracked_peak_mib"]
+        row["added_ratio"] = row["added_mib"] / base["added_mib"]
         row["step_ratio"] = ratio(row["step_seconds"], base["step_seconds"])
         row["flops_ratio"] = ratio(row["step_gflop"], base["step_gflop"])
         row["tracked_peak_vs_best_uniform"] = (
-            None if best is None else row["tracked_peak_mb"] / best["tracked_peak_mb"]
+            None if best is None else row["tracked_peak_mib"] / best["tracked_peak_mib"]
         )
-        row["added_vs_best_uniform"] = None if best is None else row["added_mb"] / best["added_mb"]
+        row["added_vs_best_uniform"] = (
+            None if best is None else row["added_mib"] / best["added_mib"]
+        )
         row["step_vs_best_uniform"] = (
             None if best is None else ratio(row["step_seconds"], best["step_seconds"])
         )
@@ -177,18 +179,18 @@ def _strategy_row(model_name: str, strategy: Strategy, record) -> dict:
         "kind": strategy.kind,
         "plan": str(predicted.boundaries if predicted else strategy.segments),
         "batch": record.batch_size,
-        "tracked_peak_mb": record.peak_bytes / MB,
-        "added_mb": added / MB,
-        "predicted_added_mb": (
+        "tracked_peak_mib": record.peak_bytes / MiB,
+        "added_mib": added / MiB,
+        "predicted_added_mib": (
             None
             if predicted is None
-            else (predicted.predicted_peak_bytes - predicted.baseline_bytes) / MB
+            else (predicted.predicted_peak_bytes - predicted.baseline_bytes) / MiB
         ),
-        "activation_peak_mb": record.activation_peak_bytes / MB,
-        "cuda_peak_allocated_mb": (
-            None if record.cuda_peak_allocated is None else record.cuda_peak_allocated / MB
+        "activation_peak_mib": record.activation_peak_bytes / MiB,
+        "cuda_peak_allocated_mib": (
+            None if record.cuda_peak_allocated is None else record.cuda_peak_allocated / MiB
         ),
-        "nvml_used_mb": record.nvml_used_mb,
+        "nvml_used_mib": record.nvml_used_mib,
         "step_seconds": record.seconds,
         "step_timing": record.timing,
         "step_gflop": None if record.flops is None else record.flops.total / 1e9,

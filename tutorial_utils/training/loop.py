@@ -25,9 +25,9 @@ from tqdm.std import tqdm
 
 from tutorial_utils.checkpointing.segments import Segments, forward_segments
 from tutorial_utils.measurement.devices import resolve_device
-from tutorial_utils.measurement.nvml import nvml_used_mb
+from tutorial_utils.measurement.nvml import nvml_used_mib
 from tutorial_utils.measurement.tracker import TensorMemoryTracker
-from tutorial_utils.units import MB
+from tutorial_utils.units import MiB
 
 
 @dataclass
@@ -41,15 +41,17 @@ class EpochRecord:
     val_loss: float
     seconds: float  # the training pass alone, evaluation excluded
     samples_per_second: float
-    cuda_peak_allocated_mb: float | None = None
-    nvml_used_mb: float | None = None
-    tracked_peak_mb: float | None = None
+    cuda_peak_allocated_mib: float | None = None
+    nvml_used_mib: float | None = None
+    tracked_peak_mib: float | None = None
 
     def log_line(self) -> str:
         """The first article's per-epoch line, with our extra figures after it."""
         # the article's fields, names and unit; the reason for a missing NVML figure after the unit
         memory = (
-            "n/a MB (no NVIDIA driver)" if self.nvml_used_mb is None else f"{self.nvml_used_mb} MB"
+            "n/a MB (no NVIDIA driver)"
+            if self.nvml_used_mib is None
+            else f"{self.nvml_used_mib} MB"
         )
         line = (
             f"Epoch={self.epoch} Train Accuracy={self.train_accuracy} "
@@ -57,10 +59,10 @@ class EpochRecord:
             f"Validation loss={self.val_loss} Memory used={memory}"
         )
         extras = [f"epoch seconds={self.seconds:.1f}"]
-        if self.tracked_peak_mb is not None:
-            extras.append(f"tracked peak={self.tracked_peak_mb:.1f} MiB")
-        if self.cuda_peak_allocated_mb is not None:
-            extras.append(f"CUDA peak allocated={self.cuda_peak_allocated_mb:.1f} MiB")
+        if self.tracked_peak_mib is not None:
+            extras.append(f"tracked peak={self.tracked_peak_mib:.1f} MiB")
+        if self.cuda_peak_allocated_mib is not None:
+            extras.append(f"CUDA peak allocated={self.cuda_peak_allocated_mib:.1f} MiB")
         return line + " | " + ", ".join(extras)
 
 
@@ -203,7 +205,7 @@ def resume(checkpoint_dir: Path, model: nn.Module, optimizer, history: History) 
 def describe_saved(paths: Iterable[Path]) -> str:
     """'wrote data/runs/plain/epoch_1.pt, training_state_1.pt (1056.3 MiB)': what an epoch put on disk."""
     paths = list(paths)
-    size = sum(path.stat().st_size for path in paths) / MB
+    size = sum(path.stat().st_size for path in paths) / MiB
     folder = os.path.relpath(paths[0].parent) if paths else "."  # as the reader would cd there
     return f"wrote {folder}/{', '.join(p.name for p in paths)} ({size:.1f} MiB)"
 
@@ -263,7 +265,7 @@ def train_model(
 
     ``evaluate_train`` re-runs the training set in eval mode for the train accuracy/loss as the
     article does (doubling evaluation time). ``track_memory`` follows tensor allocations during
-    the training pass (any device) for ``tracked_peak_mb``. With ``checkpoint_dir``, each epoch's
+    the training pass (any device) for ``tracked_peak_mib``. With ``checkpoint_dir``, each epoch's
     state is written atomically (only the latest epoch's is kept unless ``keep_every_epoch``) and
     a later call resumes after the last saved epoch.
     """
@@ -285,7 +287,7 @@ def train_model(
                 model, loss_fn, optimizer, train_loader, segments, device, progress, desc
             )
         seconds = time.perf_counter() - started
-        cuda_peak = torch.cuda.max_memory_allocated(device) / MB if device.type == "cuda" else None
+        cuda_peak = torch.cuda.max_memory_allocated(device) / MiB if device.type == "cuda" else None
         train_acc, train_loss = (
             test_model(model, train_loader, loss_fn, device) if evaluate_train else (None, None)
         )
@@ -298,9 +300,9 @@ def train_model(
             val_loss=val_loss,
             seconds=seconds,
             samples_per_second=samples / seconds if seconds > 0 else float("nan"),
-            cuda_peak_allocated_mb=cuda_peak,
-            nvml_used_mb=nvml_used_mb().used_mb,
-            tracked_peak_mb=tracker.peak_bytes / MB if track_memory else None,
+            cuda_peak_allocated_mib=cuda_peak,
+            nvml_used_mib=nvml_used_mib().used_mib,
+            tracked_peak_mib=tracker.peak_bytes / MiB if track_memory else None,
         )
         history.records.append(record)
         if log is not None:

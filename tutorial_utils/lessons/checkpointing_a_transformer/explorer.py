@@ -29,7 +29,7 @@ def plot_strategies(rows: Sequence[dict], title: str) -> Figure:
     names = [row["checkpointing"] for row in rows][::-1]  # "none" on top
     fig, (peak_ax, flops_ax) = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
     plt.close(fig)  # detached: shown once by the panel
-    peak_ax.barh(names, [row["tracked_peak_mb"] for row in rows][::-1], color="#4c72b0")
+    peak_ax.barh(names, [row["tracked_peak_mib"] for row in rows][::-1], color="#4c72b0")
     peak_ax.set_xlabel("tracked peak (MiB, predicted)")
     flops_ax.barh(names, [row["recompute_gflop"] for row in rows][::-1], color="#c44e52")
     flops_ax.set_xlabel("recomputed GFLOP per step (counted)")

@@ -21,7 +21,7 @@ from tutorial_utils.measurement.meta_attention import dry_run_context, unpacked_
 from tutorial_utils.measurement.saved_tensors import OUTSIDE, saved_bytes_per_module
 from tutorial_utils.measurement.step import next_token_loss
 from tutorial_utils.measurement.tracker import TensorMemoryTracker
-from tutorial_utils.units import MB
+from tutorial_utils.units import MiB
 
 # -- what one block keeps, measured and by formula -------------------------------------------------
 
@@ -101,11 +101,11 @@ def layer_formula_table(
     lines = [
         f"one decoder block, batch {batch}, sequence {sequence}, hidden {hidden}, {heads} heads:"
     ]
-    lines += [f"  {label:<{width}}  {value / MB:>9,.1f} MiB" for label, value in figures.items()]
+    lines += [f"  {label:<{width}}  {value / MiB:>9,.1f} MiB" for label, value in figures.items()]
     lines.append(f"  dry run / same derivation: {counted / adapted:.2f}")
     lines.append(
-        f"  all {len(decoder_blocks(model))} blocks (dry run): {in_blocks / MB:,.1f} MiB; outside "
-        f"the blocks (embeddings, head, loss): {saved[OUTSIDE] / MB:,.1f} MiB"
+        f"  all {len(decoder_blocks(model))} blocks (dry run): {in_blocks / MiB:,.1f} MiB; outside "
+        f"the blocks (embeddings, head, loss): {saved[OUTSIDE] / MiB:,.1f} MiB"
     )
     return "\n".join(lines)
 
@@ -127,6 +127,8 @@ def attention_paths(config, batch: int, sequence: int) -> str:
             next_token_loss(model(ids), ids).backward()
         peaks[label] = tracker.peak_bytes
     real = peaks[runs[0][0]]
-    rows = [(label, f"{peak / MB:.2f}", f"{peak / real - 1:+.1%}") for label, peak in peaks.items()]
+    rows = [
+        (label, f"{peak / MiB:.2f}", f"{peak / real - 1:+.1%}") for label, peak in peaks.items()
+    ]
     title = f"forward + backward, batch {batch}, sequence {sequence}: tracked peak"
     return title + "\n" + text_table(("run", "MiB", "vs real"), rows)

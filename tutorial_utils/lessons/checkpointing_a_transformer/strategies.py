@@ -26,7 +26,7 @@ from tutorial_utils.lessons.checkpointing_a_transformer.models import (
 )
 from tutorial_utils.measurement.step import StepReport, measure_step, next_token_loss
 from tutorial_utils.measurement.tracker import CATEGORIES
-from tutorial_utils.units import MB, ratio
+from tutorial_utils.units import MiB, ratio
 
 # -- the strategies ------------------------------------------------------------------------------
 
@@ -148,9 +148,9 @@ def strategy_rows(
             {
                 "checkpointing": strategy.name,
                 "kind": strategy.kind,
-                "tracked_peak_mb": report.peak_mb,
-                "activations_mb": report.breakdown["activations"] / MB,
-                "activation_peak_mb": report.activation_peak_mb,
+                "tracked_peak_mib": report.peak_mib,
+                "activations_mib": report.breakdown["activations"] / MiB,
+                "activation_peak_mib": report.activation_peak_mib,
                 "recompute_gflop": None if report.flops is None else report.flops.recompute / 1e9,
                 "step_gflop": None if report.flops is None else report.flops.total / 1e9,
                 "source": report.source,
@@ -159,15 +159,15 @@ def strategy_rows(
     menu[0].apply(model)
     base = rows[0]
     for row in rows:
-        row["peak_ratio"] = row["tracked_peak_mb"] / base["tracked_peak_mb"]
+        row["peak_ratio"] = row["tracked_peak_mib"] / base["tracked_peak_mib"]
         row["flops_ratio"] = ratio(row["step_gflop"], base["step_gflop"])
     return rows
 
 
 DRY_COLUMNS = (
     ("checkpointing", "strategy", "{}"),
-    ("tracked_peak_mb", "peak MiB", "{:,.0f}"),
-    ("activation_peak_mb", "activations MiB", "{:,.0f}"),
+    ("tracked_peak_mib", "peak MiB", "{:,.0f}"),
+    ("activation_peak_mib", "activations MiB", "{:,.0f}"),
     ("peak_ratio", "peak vs none", "{:.2f}"),
     ("recompute_gflop", "recompute GFLOP", "{:,.0f}"),
     ("flops_ratio", "FLOPs vs none", "{:.2f}"),
@@ -180,8 +180,8 @@ def breakdown_table(reports: dict[str, StepReport]) -> str:
     rows = [
         (
             label,
-            *(f"{report.breakdown[c] / MB:,.0f}" for c in CATEGORIES),
-            f"{report.peak_mb:,.0f}",
+            *(f"{report.breakdown[c] / MiB:,.0f}" for c in CATEGORIES),
+            f"{report.peak_mib:,.0f}",
         )
         for label, report in reports.items()
     ]

@@ -26,7 +26,7 @@ from tutorial_utils.display.widgets import int_slider, result_outputs
 from tutorial_utils.measurement.batch_search import find_max_batch_size
 from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step
 from tutorial_utils.measurement.step import DRY_RUN_LABEL, adam_optimizer
-from tutorial_utils.units import MB
+from tutorial_utils.units import MiB
 
 ARTICLE_CARD_BYTES = NETA_ARTICLE.card_bytes
 ARTICLE_IMAGE_SIZE = NETA_ARTICLE.image_size
@@ -37,7 +37,7 @@ CARD_MODELS: dict[str, Callable[[], NetA]] = {  # keyed as ARTICLE_MAX_BATCH
 }
 REENTRANT_CHECKPOINT = partial(NetA, use_checkpoint=True, use_reentrant=True)  # the article's mode
 SEG0_CHANNELS = 64  # seg0 is layer1 alone: conv-BN-ReLU, 64 channels at full resolution
-MAX_RESERVE_MIB = ARTICLE_CARD_BYTES // MB // 2  # the reserve slider's end: half the card
+MAX_RESERVE_MIB = ARTICLE_CARD_BYTES // MiB // 2  # the reserve slider's end: half the card
 
 
 @dataclass(frozen=True)
@@ -71,9 +71,9 @@ class PeakTable:
 
     def describe(self) -> str:
         return (
-            f"{self.label:<14} peak {self.peaks[0] / MB:6.1f} MiB at batch 1, "
-            f"+{self.bytes_per_sample / MB:.1f} MiB per sample; largest batch in the whole "
-            f"{self.card_bytes / MB:.0f} MiB: {self.largest_batch(self.card_bytes)}"
+            f"{self.label:<14} peak {self.peaks[0] / MiB:6.1f} MiB at batch 1, "
+            f"+{self.bytes_per_sample / MiB:.1f} MiB per sample; largest batch in the whole "
+            f"{self.card_bytes / MiB:.0f} MiB: {self.largest_batch(self.card_bytes)}"
         )
 
 
@@ -95,7 +95,7 @@ def dry_run_peak_table(
     while not peaks or peaks[-1] <= card_bytes:
         if len(peaks) == max_batch:
             raise ValueError(
-                f"batch {max_batch} still fits {card_bytes / MB:.0f} MiB: raise max_batch"
+                f"batch {max_batch} still fits {card_bytes / MiB:.0f} MiB: raise max_batch"
             )
         shape = (len(peaks) + 1, 3, image_size, image_size)
         report = dry_run_step(build_on_meta(make_model), shape, optimizer_factory=adam_optimizer)
@@ -127,9 +127,9 @@ def _card_of(tables: Mapping[str, PeakTable], labels: Iterable[str] = ()) -> int
 def largest_batches(tables: Mapping[str, PeakTable], reserve_mib: int) -> dict[str, int]:
     """Each table's largest batch when the card keeps ``reserve_mib`` MiB for itself."""
     card = _card_of(tables)
-    if not 0 <= reserve_mib <= card // MB:
-        raise ValueError(f"reserve_mib must be in 0..{card // MB}, got {reserve_mib}")
-    return {label: table.largest_batch(card - reserve_mib * MB) for label, table in tables.items()}
+    if not 0 <= reserve_mib <= card // MiB:
+        raise ValueError(f"reserve_mib must be in 0..{card // MiB}, got {reserve_mib}")
+    return {label: table.largest_batch(card - reserve_mib * MiB) for label, table in tables.items()}
 
 
 @dataclass(frozen=True)
@@ -208,7 +208,7 @@ def reserve_fit(
     tables: Mapping[str, PeakTable], quoted: Mapping[str, int] = ARTICLE_MAX_BATCH
 ) -> ReserveFit:
     """Scan every whole-MiB reserve 0..card (lookups only) for those that give the quoted batches."""
-    card_mib = _card_of(tables, quoted) // MB
+    card_mib = _card_of(tables, quoted) // MiB
     by_reserve = [(mib, largest_batches(tables, mib)) for mib in range(card_mib + 1)]
     runs = []
     for _, group in groupby(by_reserve, key=lambda item: tuple(item[1].values())):
@@ -231,22 +231,22 @@ def plot_peak_tables(
     the largest batch under it (a star) and the article's batch (a dotted line)."""
     card = _card_of(tables, quoted)
     batches = largest_batches(tables, reserve_mib)
-    budget_mib = card / MB - reserve_mib
+    budget_mib = card / MiB - reserve_mib
     figure = Figure(figsize=(7.5, 4.4))
     axis = figure.subplots()
-    axis.axhline(card / MB, color="gray", linestyle=":", label=f"the card: {card / MB:.0f} MiB")
+    axis.axhline(card / MiB, color="gray", linestyle=":", label=f"the card: {card / MiB:.0f} MiB")
     axis.axhline(
         budget_mib, color="black", linestyle="--", label=f"tensor budget: {budget_mib:.0f} MiB"
     )
     for index, (label, table) in enumerate(tables.items()):
         color = f"C{index}"
         sizes = range(1, len(table.peaks) + 1)
-        axis.plot(sizes, [peak / MB for peak in table.peaks], ".-", color=color, label=label)
+        axis.plot(sizes, [peak / MiB for peak in table.peaks], ".-", color=color, label=label)
         best = batches[label]
         if best:
             axis.plot(
                 best,
-                table.peaks[best - 1] / MB,
+                table.peaks[best - 1] / MiB,
                 "*",
                 color=color,
                 markersize=14,
@@ -276,7 +276,7 @@ def reserve_view(
     quoted: Mapping[str, int] = ARTICLE_MAX_BATCH,
 ) -> tuple[str, Figure]:
     """The reserve panel's callback: the largest batches beside the article's, and the plot."""
-    card_mib = _card_of(tables, quoted) // MB
+    card_mib = _card_of(tables, quoted) // MiB
     batches = largest_batches(tables, reserve_mib)
     lines = [
         f"reserve {reserve_mib} MiB: tensor budget {card_mib - reserve_mib} MiB of the "
@@ -331,15 +331,15 @@ def checkpoint_modes(tables: Mapping[str, PeakTable], batch: int = 23) -> str:
         ),
         ("checkpoint, reentrant (the article's)", reentrant.peak_bytes, search.batch_size),
     ]
-    header = ("NetA, Adam", f"peak MiB at batch {batch}", f"largest batch in {card // MB} MiB")
-    table = text_table(header, [(label, f"{peak / MB:.1f}", most) for label, peak, most in rows])
+    header = ("NetA, Adam", f"peak MiB at batch {batch}", f"largest batch in {card // MiB} MiB")
+    table = text_table(header, [(label, f"{peak / MiB:.1f}", most) for label, peak, most in rows])
     gap = reentrant.peak_bytes - checkpointed.peaks[batch - 1]
     seg0_tensor = SEG0_CHANNELS * size * size * 4  # one sample's float32 output of layer1's conv
     return (
         f"NetA at {size} px, {DRY_RUN_LABEL}:\n{table}\n"
-        f"reentrant - non-reentrant at batch {batch}: {gap / MB:.1f} MiB = {batch} x "
-        f"{gap / batch / MB:.2f} MiB; one sample's {SEG0_CHANNELS}-channel {size} px tensor: "
-        f"{seg0_tensor / MB:.2f} MiB"
+        f"reentrant - non-reentrant at batch {batch}: {gap / MiB:.1f} MiB = {batch} x "
+        f"{gap / batch / MiB:.2f} MiB; one sample's {SEG0_CHANNELS}-channel {size} px tensor: "
+        f"{seg0_tensor / MiB:.2f} MiB"
     )
 
 

@@ -21,7 +21,7 @@ from tutorial_utils.lessons.toy_summation_graph.trees import (
     peak_growth,
     peak_index,
 )
-from tutorial_utils.units import MB
+from tutorial_utils.units import MiB
 
 # --- figures ----------------------------------------------------------------------------------
 
@@ -172,14 +172,14 @@ def measured_vs_model_figure(
     units_ax.plot(segments, measured, "o", color=ALIVE_COLOR, label="measured activations at peak")
     units_ax.plot(segments, [c.model_units for c in comparisons], "x", color="0.2")
     units_ax.set_xlabel("segments (checkpoint_sequential)")
-    units_ax.set_ylabel(f"activations (1 unit = {unit_bytes / MB:.2f} MiB)")
+    units_ax.set_ylabel(f"activations (1 unit = {unit_bytes / MiB:.2f} MiB)")
     units_ax.set_ylim(0, max(max(measured), max(model)) * 1.15)
     units_ax.legend(fontsize=8)
     units_ax.set_title(title, fontsize=10)
     bottom = [0.0] * len(comparisons)
     positions = range(len(comparisons))
     for category in ("parameters", "optimizer_state", "gradients", "activations"):
-        heights = [c.breakdown[category] / MB for c in comparisons]
+        heights = [c.breakdown[category] / MiB for c in comparisons]
         breakdown_ax.bar(positions, heights, bottom=bottom, label=category.replace("_", " "))
         bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
     breakdown_ax.set_xticks(list(positions), [str(s) for s in segments])

@@ -26,7 +26,7 @@ from tutorial_utils.lessons.toy_summation_graph.trees import (
 from tutorial_utils.measurement.gradients import gradients_identical
 from tutorial_utils.measurement.step import StepReport
 from tutorial_utils.measurement.timing import time_verdict
-from tutorial_utils.units import MB
+from tutorial_utils.units import MiB
 
 
 def conventions_table(tree: SummationTree) -> str:
@@ -116,7 +116,7 @@ def measured_vs_model_table(
             c.model_units,
             f"{c.measured_units:.2f}",
             f"{c.extra_units:.2f}",
-            f"{r.peak_bytes / MB:.2f}",
+            f"{r.peak_bytes / MiB:.2f}",
             "n/a" if r.timing is None else r.timing.describe(),
             "n/a"
             if r.timing is None or plain is None

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from tutorial_utils.display.plotting import figure_subtitle
 from tutorial_utils.measurement.dry_run import on_meta
 from tutorial_utils.measurement.step import StepReport, SweepRecord, measure_step, sweep_segments
-from tutorial_utils.units import MB
+from tutorial_utils.units import MiB
 
 # -- where the activations sit ---------------------------------------------------------------
 
@@ -120,12 +120,12 @@ def plot_saved_activations(accounts: dict[str, ActivationAccount]) -> Figure:
     fig, axes = plt.subplots(1, len(accounts), figsize=(6.5 * len(accounts), 4.2), squeeze=False)
     plt.close(fig)
     for ax, (title, account) in zip(axes[0], accounts.items(), strict=True):
-        values = [layer.saved_bytes / MB for layer in account.layers]
+        values = [layer.saved_bytes / MiB for layer in account.layers]
         colors = [_KIND_COLORS.get(layer.kind, "#777777") for layer in account.layers]
         ax.bar(range(len(values)), values, color=colors)
         ax.set_xlabel("top-level module index (flat layout)")
         ax.set_ylabel("saved for backward (MiB)")
-        ax.set_title(f"{title}: {account.total_saved_bytes / MB:.1f} MiB in all", fontsize=10)
+        ax.set_title(f"{title}: {account.total_saved_bytes / MiB:.1f} MiB in all", fontsize=10)
         ax.grid(alpha=0.3, axis="y")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in _KIND_COLORS.values()]
     axes[0][-1].legend(handles, list(_KIND_COLORS), fontsize=8)
@@ -234,8 +234,8 @@ def format_sweep(records: Sequence[SweepRecord], chosen: int | None = None) -> s
             work, time_ratio = f"{record.seconds:>8.2f}", record.seconds / plain.seconds
         mark = "  <- chosen" if record.segments == chosen else ""
         lines.append(
-            f"{record.segments:>8} {record.peak_bytes / MB:>9,.1f}"
-            f" {record.breakdown['activations'] / MB:>15,.1f} {work}"
+            f"{record.segments:>8} {record.peak_bytes / MiB:>9,.1f}"
+            f" {record.breakdown['activations'] / MiB:>15,.1f} {work}"
             f" {record.peak_bytes / plain.peak_bytes:>11.3f} {time_ratio:>19.2f}{mark}"
         )
     return "\n".join(lines)

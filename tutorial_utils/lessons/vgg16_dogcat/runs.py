@@ -17,7 +17,7 @@ from tutorial_utils.articles.quoted import VGG16_ARTICLE, VGG16Figures
 from tutorial_utils.display.plotting import figure_subtitle
 from tutorial_utils.measurement.timing import Timing, time_verdict
 from tutorial_utils.training.loop import History
-from tutorial_utils.units import MB, ratio
+from tutorial_utils.units import MiB, ratio
 
 # -- sizes per profile -----------------------------------------------------------------------
 
@@ -51,9 +51,9 @@ class RunSummary:
     """One training run reduced to the figures the article compares; None where not measured."""
 
     seconds_per_epoch: float
-    tracked_peak_mb: float | None
-    cuda_peak_allocated_mb: float | None
-    nvml_used_mb: float | None
+    tracked_peak_mib: float | None
+    cuda_peak_allocated_mib: float | None
+    nvml_used_mib: float | None
     val_accuracy: float
 
 
@@ -69,9 +69,9 @@ def summarize_run(history: History) -> RunSummary:
         raise ValueError(f"history {history.label!r} has no epochs: train at least one")
     return RunSummary(
         seconds_per_epoch=sum(r.seconds for r in records) / len(records),
-        tracked_peak_mb=_largest([r.tracked_peak_mb for r in records]),
-        cuda_peak_allocated_mb=_largest([r.cuda_peak_allocated_mb for r in records]),
-        nvml_used_mb=_largest([r.nvml_used_mb for r in records]),
+        tracked_peak_mib=_largest([r.tracked_peak_mib for r in records]),
+        cuda_peak_allocated_mib=_largest([r.cuda_peak_allocated_mib for r in records]),
+        nvml_used_mib=_largest([r.nvml_used_mib for r in records]),
         val_accuracy=records[-1].val_accuracy,
     )
 
@@ -95,15 +95,15 @@ def comparison_table(plain: History, checkpointed: History, article: VGG16Figure
         ),
         (
             "NVML used (MiB)",
-            (article.nvml_mb_plain, article.nvml_mb_checkpointed),
-            (ours_plain.nvml_used_mb, ours_ckpt.nvml_used_mb),
+            (article.nvml_mib_plain, article.nvml_mib_checkpointed),
+            (ours_plain.nvml_used_mib, ours_ckpt.nvml_used_mib),
         ),
         (
             "CUDA peak allocated (MiB)",
             None,
-            (ours_plain.cuda_peak_allocated_mb, ours_ckpt.cuda_peak_allocated_mb),
+            (ours_plain.cuda_peak_allocated_mib, ours_ckpt.cuda_peak_allocated_mib),
         ),
-        ("tracked peak (MiB)", None, (ours_plain.tracked_peak_mb, ours_ckpt.tracked_peak_mb)),
+        ("tracked peak (MiB)", None, (ours_plain.tracked_peak_mib, ours_ckpt.tracked_peak_mib)),
         (
             "validation accuracy (%)",
             (article.val_accuracy_plain, article.val_accuracy_checkpointed),
@@ -153,10 +153,10 @@ def run_state_report(runs: Path, saved: bool, model: nn.Module, profile_name: st
     """
     if saved:
         files = sorted(p.relative_to(runs) for p in runs.rglob("*.pt"))
-        size = sum((runs / p).stat().st_size for p in files) / MB
+        size = sum((runs / p).stat().st_size for p in files) / MiB
         count = f"{len(files)} file" + ("" if len(files) == 1 else "s")
         return f"{count}, {size:.0f} MiB under {runs}: {[str(p) for p in files]}"
-    per_run = sgd_momentum_state_bytes(model) / MB
+    per_run = sgd_momentum_state_bytes(model) / MiB
     return (
         f"profile {profile_name} wrote no training state: an epoch's weights and SGD momentum "
         f"are {per_run:,.0f} MiB a run (tensor bytes, counted, not written); the gpu and article "
@@ -183,21 +183,21 @@ def comparison_statements(
         f"checkpointed; fastest against fastest: "
         f"{time_verdict(ckpt_epochs, plain_epochs, flops_ratio)}."
     ]
-    for name, plain_mb, ckpt_mb in (
-        ("tracked peak", ours_plain.tracked_peak_mb, ours_ckpt.tracked_peak_mb),
+    for name, plain_mib, ckpt_mib in (
+        ("tracked peak", ours_plain.tracked_peak_mib, ours_ckpt.tracked_peak_mib),
         (
             "CUDA peak allocated",
-            ours_plain.cuda_peak_allocated_mb,
-            ours_ckpt.cuda_peak_allocated_mb,
+            ours_plain.cuda_peak_allocated_mib,
+            ours_ckpt.cuda_peak_allocated_mib,
         ),
-        ("NVML used", ours_plain.nvml_used_mb, ours_ckpt.nvml_used_mb),
+        ("NVML used", ours_plain.nvml_used_mib, ours_ckpt.nvml_used_mib),
     ):
-        if plain_mb is None or ckpt_mb is None:
+        if plain_mib is None or ckpt_mib is None:
             statements.append(f"Memory ({name}): not measurable on this machine.")
             continue
         statements.append(
-            f"Memory ({name}): our checkpointed run used {100 * ckpt_mb / plain_mb:.1f}% of the "
-            f"plain run's {plain_mb:.1f} MiB (article, NVML: {100 * article.memory_ratio:.1f}%)."
+            f"Memory ({name}): our checkpointed run used {100 * ckpt_mib / plain_mib:.1f}% of the "
+            f"plain run's {plain_mib:.1f} MiB (article, NVML: {100 * article.memory_ratio:.1f}%)."
         )
     gap = ours_ckpt.val_accuracy - ours_plain.val_accuracy
     statements.append(
@@ -223,17 +223,17 @@ def plot_ratio_comparison(
         "ours": ours_ckpt.seconds_per_epoch / ours_plain.seconds_per_epoch,
     }
     memory_bars = {"article\nNVML": article.memory_ratio}
-    for name, plain_mb, ckpt_mb in (
-        ("ours\ntracked", ours_plain.tracked_peak_mb, ours_ckpt.tracked_peak_mb),
+    for name, plain_mib, ckpt_mib in (
+        ("ours\ntracked", ours_plain.tracked_peak_mib, ours_ckpt.tracked_peak_mib),
         (
             "ours CUDA\nallocated",
-            ours_plain.cuda_peak_allocated_mb,
-            ours_ckpt.cuda_peak_allocated_mb,
+            ours_plain.cuda_peak_allocated_mib,
+            ours_ckpt.cuda_peak_allocated_mib,
         ),
-        ("ours\nNVML", ours_plain.nvml_used_mb, ours_ckpt.nvml_used_mb),
+        ("ours\nNVML", ours_plain.nvml_used_mib, ours_ckpt.nvml_used_mib),
     ):
-        if plain_mb and ckpt_mb is not None:
-            memory_bars[name] = ckpt_mb / plain_mb
+        if plain_mib and ckpt_mib is not None:
+            memory_bars[name] = ckpt_mib / plain_mib
     for ax, bars, title in (
         (time_ax, time_bars, "time per epoch: checkpointed / plain"),
         (memory_ax, memory_bars, "memory: checkpointed / plain"),
@@ -272,5 +272,5 @@ def fresh_cuda_state(device: torch.device | str) -> str:
     torch.cuda.synchronize(device)
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats(device)
-    held = torch.cuda.memory_reserved(device) / MB
+    held = torch.cuda.memory_reserved(device) / MiB
     return f"{device}: cache emptied, peaks reset; the allocator now holds {held:,.1f} MiB"
