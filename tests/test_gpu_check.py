@@ -1,18 +1,19 @@
 """The GPU check's CPU side: the report, section isolation, the time budget, the decisions.
 
 Its GPU figures exist only once ``scripts/gpu_check.py`` has run on a GPU; here every section's
-logic is driven with made-up results, a faked device count, a faked notebook executor and a fake
-clock, and the cross-check's dry-run half runs for real on the meta device.
+logic (a module of ``tutorial_utils/gpu_check/``) is driven with made-up results, a faked device
+count, a faked notebook executor and a fake clock, and the cross-check's dry-run half runs for
+real on the meta device.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib
 import importlib.util
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -22,6 +23,53 @@ import torch.nn as nn
 
 from tutorial_utils.articles.profiles import PROFILE_ENV
 from tutorial_utils.display.figure_check import CHECK_FIGURES_ENV
+from tutorial_utils.gpu_check import allocator, nccl, runner
+from tutorial_utils.gpu_check.batch_search import (
+    SEARCH_BUDGET_BYTES,
+    SEARCH_SAMPLE,
+    _neta_plain,
+    batch_search_outcome,
+    first_out_of_memory,
+)
+from tutorial_utils.gpu_check.crosscheck import (
+    STEPS,
+    CrossCheckStep,
+    crosscheck,
+    crosscheck_outcome,
+    dry_run_row,
+)
+from tutorial_utils.gpu_check.estimate import ESTIMATE_CHECKS, estimate_outcome, estimate_rows
+from tutorial_utils.gpu_check.nccl import nccl_rank, nccl_section, nccl_skip_reason
+from tutorial_utils.gpu_check.notebooks import (
+    MIN_NOTEBOOK_S,
+    NOTEBOOKS,
+    NOTEBOOKS_DIR,
+    RESERVE_S,
+    execute_copy,
+    notebook_env,
+    notebook_timeout,
+    notebooks_section,
+    stopping_cell,
+)
+from tutorial_utils.gpu_check.offloading import offloading_outcome
+from tutorial_utils.gpu_check.report import (
+    DRY_RUN,
+    FAILED,
+    MEASURED,
+    PASSED,
+    SKIPPED,
+    Column,
+    Outcome,
+    SectionResult,
+    Table,
+    one_line,
+    relative_error,
+    render_report,
+    render_table,
+    report_data,
+    write_report,
+)
+from tutorial_utils.gpu_check.runner import Budget, Section, exit_status, run_section, run_sections
 from tutorial_utils.measurement.batch_search import BatchTrial, MaxBatchResult
 from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step
 from tutorial_utils.measurement.gradients import compare_gradients
@@ -31,21 +79,14 @@ from tutorial_utils.units import MiB
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load_gpu_check():
+def _load_script():
     spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
 
-gpu_check = _load_gpu_check()
-Column, Table, Outcome, Section = (
-    gpu_check.Column,
-    gpu_check.Table,
-    gpu_check.Outcome,
-    gpu_check.Section,
-)
+script = _load_script()  # main, SECTIONS and the defaults; the rest is tutorial_utils.gpu_check
 
 
 class FakeClock:
@@ -58,12 +99,12 @@ class FakeClock:
 
 def _budget(total_s: float = 540.0) -> tuple:
     clock = FakeClock()
-    return gpu_check.Budget(total_s, clock), clock
+    return Budget(total_s, clock), clock
 
 
 def _report(results, planned=None, hardware="cuda (NVIDIA Test GPU); 1 GPU(s) visible") -> dict:
     planned = planned or [result.title for result in results]
-    return gpu_check.report_data(hardware, 540.0, 123.4, planned, results)
+    return report_data(hardware, 540.0, 123.4, planned, results)
 
 
 # -- the report -------------------------------------------------------------------------------
@@ -74,29 +115,24 @@ def _made_up_results() -> list:
         "Figures",
         [
             Column("name", "name"),
-            Column("peak MiB", "peak", "{:.1f}", gpu_check.MEASURED),
-            Column("peak MiB", "dry", "{:.1f}", gpu_check.DRY_RUN),
-            Column("equal", "equal", "{}", gpu_check.MEASURED),
+            Column("peak MiB", "peak", "{:.1f}", MEASURED),
+            Column("peak MiB", "dry", "{:.1f}", DRY_RUN),
+            Column("equal", "equal", "{}", MEASURED),
         ],
         [
             {"name": "a | b", "peak": 12.345, "dry": 12.0, "equal": True},
             {"name": "c", "peak": None, "dry": 3.0, "equal": False},
         ],
     )
-    SectionResult = gpu_check.SectionResult
     return [
-        SectionResult("one", "First", gpu_check.PASSED, 1.25, [table], ["A note."]),
-        SectionResult(
-            "two", "Second", gpu_check.FAILED, 0.5, error="RuntimeError: boom", traceback="tb"
-        ),
-        SectionResult("nccl", "Two NCCL ranks", gpu_check.SKIPPED, 0.0, error="one GPU visible"),
+        SectionResult("one", "First", PASSED, 1.25, [table], ["A note."]),
+        SectionResult("two", "Second", FAILED, 0.5, error="RuntimeError: boom", traceback="tb"),
+        SectionResult("nccl", "Two NCCL ranks", SKIPPED, 0.0, error="one GPU visible"),
     ]
 
 
 def test_report_names_the_hardware_first_and_labels_every_figure():
-    text = gpu_check.render_report(
-        _report(_made_up_results(), ["First", "Second", "Two NCCL ranks"])
-    )
+    text = render_report(_report(_made_up_results(), ["First", "Second", "Two NCCL ranks"]))
     lines = text.splitlines()
     assert lines[0] == "# GPU check"
     assert lines[2] == "Hardware: cuda (NVIDIA Test GPU); 1 GPU(s) visible."
@@ -112,7 +148,7 @@ def test_report_names_the_hardware_first_and_labels_every_figure():
 
 
 def test_report_gives_failed_and_skipped_sections_their_line():
-    text = gpu_check.render_report(_report(_made_up_results()))
+    text = render_report(_report(_made_up_results()))
     lines = text.splitlines()
     assert "| First | passed | 1.2 |  |" in lines
     assert "| Second | FAILED | 0.5 | RuntimeError: boom |" in lines
@@ -128,7 +164,7 @@ def test_report_gives_failed_and_skipped_sections_their_line():
 
 def test_a_run_cut_short_says_which_sections_did_not_run():
     results = _made_up_results()[:1]
-    text = gpu_check.render_report(_report(results, ["First", "Second", "Third"]))
+    text = render_report(_report(results, ["First", "Second", "Third"]))
     assert "1 of 3 sections ran" in text
     assert "Not run (the check stopped before them): Second, Third." in text
 
@@ -136,10 +172,10 @@ def test_a_run_cut_short_says_which_sections_did_not_run():
 def test_report_and_json_written_side_by_side_render_the_same(tmp_path):
     report = _report(_made_up_results())
     output = tmp_path / "docs" / "gpu_report.md"
-    gpu_check.write_report(output, report)
+    write_report(output, report)
     saved = json.loads(output.with_suffix(".json").read_text())
     assert saved["sections"][1]["traceback"] == "tb"
-    assert gpu_check.render_report(saved) == output.read_text()  # rendering needs only the JSON
+    assert render_report(saved) == output.read_text()  # rendering needs only the JSON
 
 
 # -- isolation and exit status ----------------------------------------------------------------
@@ -147,7 +183,7 @@ def test_report_and_json_written_side_by_side_render_the_same(tmp_path):
 
 def test_a_section_that_raises_does_not_stop_the_others(monkeypatch):
     freed = []
-    monkeypatch.setattr(gpu_check, "free_cuda_memory", lambda: freed.append(True))
+    monkeypatch.setattr(runner, "free_cuda_memory", lambda: freed.append(True))
     seen_at_start = []
 
     def section(outcome=None, error=None):
@@ -167,7 +203,7 @@ def test_a_section_that_raises_does_not_stop_the_others(monkeypatch):
     ]
     progress = []
     budget, _ = _budget()
-    results = gpu_check.run_sections(
+    results = run_sections(
         sections, budget, lambda so_far: progress.append([r.key for r in so_far])
     )
     assert [r.status for r in results] == ["passed", "FAILED", "FAILED", "skipped"]
@@ -182,26 +218,26 @@ def test_a_section_that_raises_does_not_stop_the_others(monkeypatch):
         [s.key for s in sections],
     ]
     assert all(r.seconds >= 0 for r in results)
-    assert gpu_check.exit_status(results) == 1
-    assert gpu_check.exit_status([results[0], results[3]]) == 0  # skipped is not failed
+    assert exit_status(results) == 1
+    assert exit_status([results[0], results[3]]) == 0  # skipped is not failed
 
 
 def test_one_line_takes_a_cells_error_name_and_value():
     class CellError(Exception):
         ename, evalue = "OutOfMemoryError", "CUDA out of memory. Tried to allocate 2 GiB\nmore"
 
-    assert gpu_check.one_line(CellError("long text with the cell's source")) == (
+    assert one_line(CellError("long text with the cell's source")) == (
         "OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB"
     )
-    assert gpu_check.one_line(ValueError("")) == "ValueError"
+    assert one_line(ValueError("")) == "ValueError"
 
 
 def test_without_cuda_it_exits_2_and_writes_nothing(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    default = gpu_check.DEFAULT_OUTPUT
+    default = script.DEFAULT_OUTPUT
     before = default.read_bytes() if default.exists() else None
-    assert gpu_check.main(["--output", str(tmp_path / "docs" / "report.md")]) == 2
-    assert gpu_check.main([]) == 2
+    assert script.main(["--output", str(tmp_path / "docs" / "report.md")]) == 2
+    assert script.main([]) == 2
     assert list(tmp_path.iterdir()) == []
     assert (default.read_bytes() if default.exists() else None) == before
     captured = capsys.readouterr()
@@ -214,8 +250,8 @@ def test_main_rewrites_the_report_after_each_section(monkeypatch, capsys, tmp_pa
     """With CUDA faked and the sections replaced: what a cut-short run would leave, and the exit."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(gpu_check, "hardware_line", lambda device: "cuda (Fake GPU)")
-    monkeypatch.setattr(gpu_check, "free_cuda_memory", lambda: None)
+    monkeypatch.setattr(script, "hardware_line", lambda device: "cuda (Fake GPU)")
+    monkeypatch.setattr(runner, "free_cuda_memory", lambda: None)
     output = tmp_path / "gpu_report.md"
     seen = []
 
@@ -224,8 +260,8 @@ def test_main_rewrites_the_report_after_each_section(monkeypatch, capsys, tmp_pa
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
     sections = (Section("a", "First", lambda budget: Outcome()), Section("b", "Second", second))
-    monkeypatch.setattr(gpu_check, "SECTIONS", sections)
-    assert gpu_check.main(["--output", str(output), "--budget-s", "60"]) == 1
+    monkeypatch.setattr(script, "SECTIONS", sections)
+    assert script.main(["--output", str(output), "--budget-s", "60"]) == 1
     (partial,) = seen
     assert [s["title"] for s in partial["sections"]] == ["First"]
     assert partial["planned"] == ["First", "Second"]
@@ -237,20 +273,33 @@ def test_main_rewrites_the_report_after_each_section(monkeypatch, capsys, tmp_pa
     assert "s (OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB)" in out
 
 
+def test_the_script_runs_every_section_module_once_the_notebooks_last():
+    """Each module of tutorial_utils/gpu_check but the report and the runner is one section; one
+    left out of the script would never run on the GPU."""
+    import pkgutil
+
+    import tutorial_utils.gpu_check as package
+
+    names = {m.name for m in pkgutil.iter_modules(package.__path__)} - {"report", "runner"}
+    sections = {
+        importlib.import_module(f"tutorial_utils.gpu_check.{name}").SECTION for name in names
+    }
+    assert set(script.SECTIONS) == sections and len(script.SECTIONS) == len(sections)
+    assert script.SECTIONS[-1].key == "notebooks"  # it takes what the budget has left
+
+
 # -- NCCL -------------------------------------------------------------------------------------
 
 
 def test_nccl_is_skipped_not_failed_on_one_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(gpu_check, "launch", lambda *a, **k: pytest.fail("launched on one GPU"))
+    monkeypatch.setattr(nccl, "launch", lambda *a, **k: pytest.fail("launched on one GPU"))
     budget, _ = _budget()
-    result = gpu_check.run_section(
-        Section("nccl", "Two NCCL ranks", gpu_check.nccl_section), budget
-    )
-    assert result.status == gpu_check.SKIPPED and result.error == "one GPU visible"
-    assert gpu_check.exit_status([result]) == 0
-    assert gpu_check.nccl_skip_reason(0) == "0 GPUs visible"
-    assert gpu_check.nccl_skip_reason(2) is None
+    result = run_section(Section("nccl", "Two NCCL ranks", nccl_section), budget)
+    assert result.status == SKIPPED and result.error == "one GPU visible"
+    assert exit_status([result]) == 0
+    assert nccl_skip_reason(0) == "0 GPUs visible"
+    assert nccl_skip_reason(2) is None
 
 
 @pytest.mark.parametrize(("sums", "status"), [((3.0, 3.0), "passed"), ((3.0, 2.0), "FAILED")])
@@ -266,12 +315,10 @@ def test_nccl_runs_two_ranks_where_two_gpus_exist(monkeypatch, sums, status):
             for r, s in enumerate(sums)
         ]  # fmt: skip
 
-    monkeypatch.setattr(gpu_check, "launch", fake_launch)
+    monkeypatch.setattr(nccl, "launch", fake_launch)
     budget, _ = _budget()
-    result = gpu_check.run_section(
-        Section("nccl", "Two NCCL ranks", gpu_check.nccl_section), budget
-    )
-    assert calls == [(gpu_check.nccl_rank, 2, "cuda")]
+    result = run_section(Section("nccl", "Two NCCL ranks", nccl_section), budget)
+    assert calls == [(nccl_rank, 2, "cuda")]
     assert result.status == status
     assert (result.error is None) == (status == "passed")
     assert len(result.tables[0].rows) == 2
@@ -297,15 +344,15 @@ def _digests(folder: Path) -> dict[str, str]:
 def source(tmp_path) -> Path:
     folder = tmp_path / "notebooks"
     folder.mkdir()
-    for name in gpu_check.NOTEBOOKS:
+    for name in NOTEBOOKS:
         (folder / name).write_text(json.dumps(_notebook(["print(1)", "x = 2"], [None, None])))
     return folder
 
 
 def test_the_checked_notebooks_are_the_projects_02_and_03():
-    assert gpu_check.NOTEBOOKS_DIR == ROOT / "notebooks"
-    assert all((gpu_check.NOTEBOOKS_DIR / name).is_file() for name in gpu_check.NOTEBOOKS)
-    assert [name[:2] for name in gpu_check.NOTEBOOKS] == ["02", "03"]
+    assert NOTEBOOKS_DIR == ROOT / "notebooks"
+    assert all((NOTEBOOKS_DIR / name).is_file() for name in NOTEBOOKS)
+    assert [name[:2] for name in NOTEBOOKS] == ["02", "03"]
 
 
 def test_notebooks_run_as_copies_in_the_gpu_profile(monkeypatch, source):
@@ -322,8 +369,8 @@ def test_notebooks_run_as_copies_in_the_gpu_profile(monkeypatch, source):
         path.write_text(json.dumps(_notebook(["print(1)", "x = 2"], [1, 2])))  # ran in place
         clock.now += 100.0
 
-    outcome = gpu_check.notebooks_section(budget, executor, source)
-    assert [path.name for path, _, _ in calls] == list(gpu_check.NOTEBOOKS)
+    outcome = notebooks_section(budget, executor, source)
+    assert [path.name for path, _, _ in calls] == list(NOTEBOOKS)
     for _, env, _ in calls:
         assert env[PROFILE_ENV] == "gpu" and env[CHECK_FIGURES_ENV] == "1"
         assert "MPLBACKEND" not in env
@@ -350,39 +397,39 @@ def test_a_failing_notebook_is_reported_with_its_cell_and_the_next_still_runs(so
             path.write_text(json.dumps(_notebook(["import x", "1 / 0\nmore", "y"], [1, 2, None])))
             raise CellExecutionError("the cell's source and traceback")
 
-    outcome = gpu_check.notebooks_section(budget, executor, source)
-    assert ran == list(gpu_check.NOTEBOOKS)
+    outcome = notebooks_section(budget, executor, source)
+    assert ran == list(NOTEBOOKS)
     first, second = outcome.tables[0].rows
     assert first["status"] == "FAILED" and first["error"] == "ZeroDivisionError: division by zero"
     assert first["cell"] == "code cell 2 of 3: 1 / 0"
     assert second["status"] == "passed"
-    assert outcome.failures == [f"{gpu_check.NOTEBOOKS[0]}: ZeroDivisionError: division by zero"]
+    assert outcome.failures == [f"{NOTEBOOKS[0]}: ZeroDivisionError: division by zero"]
 
 
 def test_notebooks_are_not_started_once_the_budget_is_spent(source):
     budget, clock = _budget(540.0)
-    clock.now += 540.0 - gpu_check.RESERVE_S - gpu_check.MIN_NOTEBOOK_S - 5.0
+    clock.now += 540.0 - RESERVE_S - MIN_NOTEBOOK_S - 5.0
     allowed = []
 
     def executor(path, env, timeout_s):
         allowed.append(timeout_s)
         clock.now += 10.0  # too little is left for the second
 
-    outcome = gpu_check.notebooks_section(budget, executor, source)
+    outcome = notebooks_section(budget, executor, source)
     statuses = [row["status"] for row in outcome.tables[0].rows]
     assert statuses == ["passed", "not run: the time budget is spent"]
-    assert allowed == [gpu_check.MIN_NOTEBOOK_S + 5.0]  # no half shares: the first takes it all
-    assert outcome.failures == [f"{gpu_check.NOTEBOOKS[1]}: not run: the time budget is spent"]
+    assert allowed == [MIN_NOTEBOOK_S + 5.0]  # no half shares: the first takes it all
+    assert outcome.failures == [f"{NOTEBOOKS[1]}: not run: the time budget is spent"]
 
 
 def test_notebook_timeout_shares_what_is_left_after_the_reserve():
-    reserve, least = gpu_check.RESERVE_S, gpu_check.MIN_NOTEBOOK_S
-    assert gpu_check.notebook_timeout(reserve + 300.0, 2) == 150.0
-    assert gpu_check.notebook_timeout(reserve + 300.0, 1) == 300.0
-    assert gpu_check.notebook_timeout(reserve + least, 1) == least
-    assert gpu_check.notebook_timeout(reserve + least - 1, 1) is None
-    assert gpu_check.notebook_timeout(reserve + 2 * least - 1, 2) == 2 * least - 1
-    assert gpu_check.DEFAULT_BUDGET_S < 600  # the device machine's limit for one command
+    reserve, least = RESERVE_S, MIN_NOTEBOOK_S
+    assert notebook_timeout(reserve + 300.0, 2) == 150.0
+    assert notebook_timeout(reserve + 300.0, 1) == 300.0
+    assert notebook_timeout(reserve + least, 1) == least
+    assert notebook_timeout(reserve + least - 1, 1) is None
+    assert notebook_timeout(reserve + 2 * least - 1, 2) == 2 * least - 1
+    assert script.DEFAULT_BUDGET_S < 600  # the device machine's limit for one command
 
 
 def test_budget_counts_from_its_creation():
@@ -394,9 +441,9 @@ def test_budget_counts_from_its_creation():
 def test_stopping_cell_is_the_last_that_started(tmp_path):
     path = tmp_path / "n.ipynb"
     path.write_text(json.dumps(_notebook(["a = 1", "", "while True: pass"], [1, 2, 3])))
-    assert gpu_check.stopping_cell(path) == "code cell 3 of 3: while True: pass"
+    assert stopping_cell(path) == "code cell 3 of 3: while True: pass"
     path.write_text(json.dumps(_notebook(["a = 1"], [None])))
-    assert gpu_check.stopping_cell(path) is None
+    assert stopping_cell(path) is None
 
 
 # -- batch search and offloading, from made-up figures ----------------------------------------
@@ -408,7 +455,7 @@ def _search(batches_fit: list[tuple[int, bool]], mode: str = "cuda") -> MaxBatch
         for b, fits in batches_fit
     ]
     best = max((b for b, fits in batches_fit if fits), default=0)
-    return MaxBatchResult(best, trials, gpu_check.SEARCH_BUDGET_BYTES, 0, mode, "cuda")
+    return MaxBatchResult(best, trials, SEARCH_BUDGET_BYTES, 0, mode, "cuda")
 
 
 DOUBLING = [(1, True), (2, True), (4, True), (8, True), (16, True), (32, True), (64, False)]
@@ -419,27 +466,27 @@ def test_the_search_size_makes_the_doubling_phase_overflow_the_card():
     """The dry run (exact tensor bytes) already puts NetA's plain step at batch 64 over the card,
     so the capped search's doubling phase must meet an out-of-memory error there or before."""
     peak = dry_run_step(
-        build_on_meta(gpu_check._neta_plain),
-        (64, *gpu_check.SEARCH_SAMPLE),
+        build_on_meta(_neta_plain),
+        (64, *SEARCH_SAMPLE),
         optimizer_factory=adam_optimizer,
         round_to_blocks=True,
     ).peak_bytes
-    assert peak > gpu_check.SEARCH_BUDGET_BYTES
+    assert peak > SEARCH_BUDGET_BYTES
 
 
 def test_batch_search_outcome_passes_only_when_the_oom_was_survived():
     capped, tracked = _search(DOUBLING + BISECTION), _search(DOUBLING + BISECTION, "tracked")
-    good = gpu_check.batch_search_outcome(capped, tracked, 1000, 1000, True)
+    good = batch_search_outcome(capped, tracked, 1000, 1000, True)
     assert good.failures == []
     row = good.tables[0].rows[0]
     assert row["batch_size"] == 50 and row["first_over"] == 64 and row["doubling"] is True
     assert row["tried"].startswith("1, 2, 4, 8, 16, 32, 64 (over), 48, 56 (over)")
     assert good.tables[1].rows == [{"before": 1000, "after": 1000, "difference": 0, "alive": True}]
-    leaked = gpu_check.batch_search_outcome(capped, tracked, 1000, 1512, True)
+    leaked = batch_search_outcome(capped, tracked, 1000, 1512, True)
     assert leaked.failures == ["memory_allocated 1512 B after the search, 1000 B before"]
-    no_oom = gpu_check.batch_search_outcome(_search(DOUBLING[:-1]), tracked, 0, 0, False)
+    no_oom = batch_search_outcome(_search(DOUBLING[:-1]), tracked, 0, 0, False)
     assert len(no_oom.failures) == 2 and "OOM path was not exercised" in no_oom.failures[0]
-    late = gpu_check.first_out_of_memory(_search([(1, True), (3, False)]))
+    late = first_out_of_memory(_search([(1, True), (3, False)]))
     assert late["batch"] == 3 and late["doubling"] is False
 
 
@@ -453,9 +500,9 @@ def test_offloading_outcome_needs_a_lower_peak_and_the_same_gradients():
         {"step": "plain", "cuda_peak_allocated_mib": 100.0},
         {"step": "offloaded", "cuda_peak_allocated_mib": 60.0},
     ]
-    assert gpu_check.offloading_outcome(rows, same).failures == []
+    assert offloading_outcome(rows, same).failures == []
     rows[1]["cuda_peak_allocated_mib"] = 100.0
-    failures = gpu_check.offloading_outcome(rows, off).failures
+    failures = offloading_outcome(rows, off).failures
     assert failures == [
         "offloading did not lower the CUDA peak allocated",
         "gradients differ by up to 1",
@@ -466,7 +513,7 @@ def test_offloading_outcome_needs_a_lower_peak_and_the_same_gradients():
 
 
 def test_crosscheck_dry_run_rows_are_in_cuda_blocks_and_ordered():
-    rows = [gpu_check.dry_run_row(step) for step in gpu_check.STEPS]
+    rows = [dry_run_row(step) for step in STEPS]
     assert all(round(row["dry_run_peak_mib"] * MiB) % 512 == 0 for row in rows)
     article_plain, article_two, flat_six, neta_plain, neta_checkpointed = rows
     assert article_two["dry_run_peak_mib"] == article_plain["dry_run_peak_mib"]
@@ -476,20 +523,18 @@ def test_crosscheck_dry_run_rows_are_in_cuda_blocks_and_ordered():
 
 
 def test_crosscheck_claims_no_error_without_a_gpu():
-    step = gpu_check.CrossCheckStep(
+    step = CrossCheckStep(
         "chain", lambda: nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 3)),
         (5, 8), 3, 2, "SGD momentum", default_optimizer,
     )  # fmt: skip
-    (row,) = gpu_check.crosscheck(torch.device("cpu"), (step,))
+    (row,) = crosscheck(torch.device("cpu"), (step,))
     assert row["dry_run_peak_mib"] >= row["tracked_peak_mib"]  # rounding up never lowers
     assert row["dry_run_error"] is None and row["tracker_error"] is None
-    outcome = gpu_check.crosscheck_outcome([row])
+    outcome = crosscheck_outcome([row])
     assert outcome.failures == ["chain, 2 segments: no CUDA peak allocated"]
     (table,) = outcome.tables
     (line,) = [
-        line
-        for line in gpu_check.render_table(dataclasses.asdict(table))
-        if line.startswith("| chain")
+        line for line in render_table(dataclasses.asdict(table)) if line.startswith("| chain")
     ]
     assert "%" not in line and line.count("n/a") == 5  # CUDA allocated/reserved, 2 errors, NVML
 
@@ -503,17 +548,17 @@ def test_crosscheck_table_gives_both_errors_against_cuda():
         "tracked_peak_mib": 99.0,
         "dry_run_peak_mib": 101.0,
         "cuda_peak_allocated_mib": 100.0,
-        "tracker_error": gpu_check.relative_error(99.0, 100.0),
-        "dry_run_error": gpu_check.relative_error(101.0, 100.0),
+        "tracker_error": relative_error(99.0, 100.0),
+        "dry_run_error": relative_error(101.0, 100.0),
         "cuda_peak_reserved_mib": 120.0,
         "nvml_used_mib": None,
         "step_seconds": 0.25,
         "tracked_baseline_mib": 10.0,
         "cuda_allocated_before_mib": 10.5,
     }
-    outcome = gpu_check.crosscheck_outcome([row])
+    outcome = crosscheck_outcome([row])
     assert outcome.failures == []
-    lines = gpu_check.render_table(dataclasses.asdict(outcome.tables[0]))
+    lines = render_table(dataclasses.asdict(outcome.tables[0]))
     assert (
         "| VGG16 (article) | 2 | 32 | SGD momentum | 99.0 | 101.0 | 100.0 | -1.00% | +1.00% "
         "| 120.0 | n/a | 0.250 |" in lines
@@ -536,11 +581,11 @@ def test_execute_copy_runs_a_real_kernel_with_the_env_and_stops_at_the_deadline(
     path.write_text(json.dumps(_notebook(sources, [None, None])))
     started = time.monotonic()
     with pytest.raises(CellTimeoutError):
-        gpu_check.execute_copy(path, gpu_check.notebook_env(os.environ), timeout_s=3)
+        execute_copy(path, notebook_env(os.environ), timeout_s=3)
     assert time.monotonic() - started < 20  # the sleeping cell was cut short
     cells = json.loads(path.read_text())["cells"]
     assert "".join(cells[0]["outputs"][0]["text"]) == "gpu\n"
-    assert gpu_check.stopping_cell(path) == "code cell 2 of 2: import time; time.sleep(30)"
+    assert stopping_cell(path) == "code cell 2 of 2: import time; time.sleep(30)"
 
 
 def test_estimate_rows_without_a_gpu_claim_no_error(tmp_path):
@@ -554,37 +599,36 @@ def test_estimate_rows_without_a_gpu_claim_no_error(tmp_path):
         )
     )
     check = (f"hf:{config}", 2, 32, "fp32", 0, "every-block")
-    (row,) = gpu_check.estimate_rows(torch.device("cpu"), (check,))
+    (row,) = estimate_rows(torch.device("cpu"), (check,))
     trained_tensors = 2 * 12 + 4  # GPT-2: 12 tensors per block, embeddings and final LayerNorm
     counters_mib = 4 * trained_tensors / MiB
     assert row["tracked_peak_mib"] - row["estimate_mib"] <= counters_mib  # blocks round up
     assert row["cuda_peak_allocated_mib"] is None and row["estimate_error"] is None
-    outcome = gpu_check.estimate_outcome([row])
+    outcome = estimate_outcome([row])
     assert outcome.failures == [f"hf:{config} every-block: no CUDA peak allocated"]
     off = {**row, "cuda_peak_allocated_mib": 1.0, "estimate_error": 0.05}
-    assert "off by +5.00%" in gpu_check.estimate_outcome([off]).failures[0]
-    assert gpu_check.estimate_outcome([{**off, "estimate_error": 0.01}]).failures == []
+    assert "off by +5.00%" in estimate_outcome([off]).failures[0]
+    assert estimate_outcome([{**off, "estimate_error": 0.01}]).failures == []
 
 
 def test_estimate_checks_are_valid_workloads():
     from tutorial_utils.estimate.estimator import Workload
     from tutorial_utils.estimate.strategies import parse_strategy
 
-    for model, batch, size, precision, lora, strategy in gpu_check.ESTIMATE_CHECKS:
+    for model, batch, size, precision, lora, strategy in ESTIMATE_CHECKS:
         Workload(model, batch=batch, size=size, precision=precision, lora_rank=lora)
         parse_strategy(strategy)
-    assert any(check[3].startswith("amp-") for check in gpu_check.ESTIMATE_CHECKS)
+    assert any(check[3].startswith("amp-") for check in ESTIMATE_CHECKS)
 
 
 def test_allocator_section_judges_both_counters(tmp_path):
     """The allocator section's CPU side: its checks are valid workloads, a tiny one's prediction
     runs here, and a row fails without a measured counter or beyond its tolerance."""
-    from tutorial_utils.estimate import allocator_check
     from tutorial_utils.estimate.estimator import Workload
     from tutorial_utils.estimate.strategies import parse_strategy
 
-    assert "allocator" in [section.key for section in gpu_check.SECTIONS]
-    for model, batch, size, precision, lora, strategy in allocator_check.ALLOCATOR_CHECKS:
+    assert "allocator" in [section.key for section in script.SECTIONS]
+    for model, batch, size, precision, lora, strategy in allocator.ALLOCATOR_CHECKS:
         Workload(model, batch=batch, size=size, precision=precision, lora_rank=lora)
         parse_strategy(strategy)
     config = tmp_path / "config.json"
@@ -593,7 +637,7 @@ def test_allocator_section_judges_both_counters(tmp_path):
             {"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 2, "vocab_size": 300}
         )
     )
-    predicted = allocator_check.predicted_counters(
+    predicted = allocator.predicted_counters(
         Workload(f"hf:{config}", batch=2, size=32, precision="fp32"), "every-block"
     )
     assert predicted.max_reserved_bytes >= predicted.max_allocated_bytes > 0
@@ -603,8 +647,8 @@ def test_allocator_section_judges_both_counters(tmp_path):
         "allocated_error": 0.01,
         "reserved_error": None,
     }
-    assert allocator_check.allocator_failures([row]) == ["hf:gpt2 none: no CUDA reserved peak"]
+    assert allocator.allocator_failures([row]) == ["hf:gpt2 none: no CUDA reserved peak"]
     row["reserved_error"] = -0.5
-    assert allocator_check.allocator_failures([row]) == [
+    assert allocator.allocator_failures([row]) == [
         "hf:gpt2 none: predicted reserved off by -50.00%"
     ]

@@ -11,8 +11,8 @@ import torch
 from tutorial_utils.__main__ import main
 from tutorial_utils.estimate.card import parse_card
 from tutorial_utils.estimate.estimator import Workload, estimate
-from tutorial_utils.estimate.kernel_check import compare_call, kernel_failures
 from tutorial_utils.estimate.strategies import Strategy
+from tutorial_utils.gpu_check.kernels import KERNEL_COLUMNS, compare_call, kernel_failures
 from tutorial_utils.measurement.gpu_attention import (
     AttentionCall,
     SdpaRules,
@@ -213,24 +213,24 @@ def test_kernel_check_compares_a_real_call_with_its_dry_run() -> None:
 
 
 def test_the_gpu_check_reports_the_kernel_comparison() -> None:
-    """scripts/gpu_check.py's kernels section renders a row as the comparison makes it."""
+    """The GPU check's kernels section renders a row as the comparison makes it."""
     import dataclasses
     import importlib.util
-    import sys
     from pathlib import Path
+
+    from tutorial_utils.gpu_check.report import Table, render_table
 
     path = Path(__file__).resolve().parents[1] / "scripts" / "gpu_check.py"
     spec = importlib.util.spec_from_file_location("gpu_check_for_kernels", path)
     assert spec is not None and spec.loader is not None
-    gpu_check = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = gpu_check  # dataclasses look their module up there
-    spec.loader.exec_module(gpu_check)
-    assert "kernels" in [section.key for section in gpu_check.SECTIONS]
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert "kernels" in [section.key for section in script.SECTIONS]
     row = compare_call(
         SdpaRules(A100, CUDNN_9_24), torch.device("cpu"), (1, 2, 64, 64), torch.bfloat16, True
     )
-    table = gpu_check.Table("kernels", gpu_check.KERNEL_COLUMNS, [row])
-    lines = gpu_check.render_table(dataclasses.asdict(table))
+    table = Table("kernels", KERNEL_COLUMNS, [row])
+    lines = render_table(dataclasses.asdict(table))
     # on the CPU torch runs its flash kernel with a mask; the A100's rules pick efficient
     assert "| bfloat16 | 64 | additive | efficient | flash | 0.07 | 0.07 | +0.02% |" in lines
 

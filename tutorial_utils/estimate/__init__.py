@@ -4,6 +4,6 @@
 the meta device, with LoRA if asked; ``strategies`` checkpoints either the way people do;
 ``estimator`` dry-runs one step per strategy against a card (``card``) and searches the largest
 size that fits, each step replayed through the emulated CUDA caching allocator; ``report`` prints
-it; ``allocator_check`` compares the allocator's predictions with a GPU's counters; ``sharded``
-says what each of N GPUs holds under FSDP2 or DDP.
+it; ``sharded`` says what each of N GPUs holds under FSDP2 or DDP. (The allocator's predictions
+against a GPU's counters are a section of the GPU check: ``tutorial_utils.gpu_check.allocator``.)
 """

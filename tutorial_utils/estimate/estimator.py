@@ -491,8 +491,7 @@ def dry_run_and_real_step(
     attention through the kernel ``device``'s GPU picks) and for real on ``device`` (random
     weights from the config; on CUDA the report carries ``torch.cuda.max_memory_allocated`` as
     ``cuda_peak_allocated``)."""
-    from tutorial_utils.estimate.kernel_check import device_rules
-    from tutorial_utils.measurement.gpu_attention import gpu_attention_rules
+    from tutorial_utils.measurement.gpu_attention import device_rules, gpu_attention_rules
 
     with gpu_attention_rules(device_rules(torch.device(device))):  # the GPU's SDPA kernels
         dry = train_step(build_model(workload), workload, strategy, round_to_blocks=True)

@@ -104,6 +104,13 @@ class SdpaRules:
         return ("flash", "efficient", "math", "cudnn")
 
 
+def device_rules(device: torch.device) -> SdpaRules | None:
+    """The rules of ``device``'s GPU under the installed torch; None off CUDA."""
+    if device.type != "cuda":
+        return None
+    return SdpaRules.installed(torch.cuda.get_device_capability(device))
+
+
 @dataclass(frozen=True)
 class AttentionCall:
     """The facts of one SDPA call the filters read."""

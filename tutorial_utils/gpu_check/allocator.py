@@ -1,24 +1,33 @@
-"""The allocator's predictions against a GPU: a dry run replayed through the emulated caching
+"""The emulated allocator against ``torch.cuda``: a dry run replayed through the emulated caching
 allocator beside ``torch.cuda.max_memory_allocated`` and ``max_memory_reserved`` of the same step.
 
-``scripts/gpu_check.py`` runs ``allocator_rows`` on the first lent GPU and ``allocator_failures``
-judges them; the prediction half runs anywhere (``predicted_counters``).
+The prediction half runs anywhere (``predicted_counters``); ``allocator_rows`` needs the GPU.
 """
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import torch
 
 from tutorial_utils.estimate.estimator import Workload, build_model, train_step
-from tutorial_utils.estimate.kernel_check import device_rules
 from tutorial_utils.estimate.strategies import parse_strategy
+from tutorial_utils.gpu_check.report import (
+    MEASURED,
+    Column,
+    Outcome,
+    Table,
+    relative_error,
+    tolerance_failures,
+)
+from tutorial_utils.gpu_check.runner import Budget, Section
 from tutorial_utils.measurement.allocator import (
     CUBLAS_WORKSPACE_BYTES,
     CUBLAS_WORKSPACE_HOPPER_BYTES,
     AllocatorPrediction,
     replay,
 )
-from tutorial_utils.measurement.gpu_attention import SdpaRules, gpu_attention_rules
+from tutorial_utils.measurement.gpu_attention import SdpaRules, device_rules, gpu_attention_rules
 from tutorial_utils.units import MiB
 
 # (model, batch, size, precision, LoRA rank, strategy): small enough for seconds on any GPU
@@ -30,6 +39,34 @@ ALLOCATOR_CHECKS = (
 # Not yet compared on a GPU: limits to be set from the first run's errors.
 ALLOCATED_TOLERANCE = 0.02
 RESERVED_TOLERANCE = 0.05
+PREDICTED = "predicted: dry run replayed through the emulated allocator"
+ALLOCATOR_COLUMNS = [
+    Column("model", "model"),
+    Column("batch x size", "shape"),
+    Column("precision", "precision"),
+    Column("strategy", "strategy"),
+    Column("allocated MiB", "predicted_allocated_mib", "{:.1f}", PREDICTED),
+    Column("max_memory_allocated MiB", "cuda_allocated_mib", "{:.1f}", MEASURED),
+    Column("error", "allocated_error", "{:+.2%}", PREDICTED),
+    Column("reserved MiB", "predicted_reserved_mib", "{:.1f}", PREDICTED),
+    Column("max_memory_reserved MiB", "cuda_reserved_mib", "{:.1f}", MEASURED),
+    Column("error", "reserved_error", "{:+.2%}", PREDICTED),
+    Column("outside the allocator MiB", "outside_allocator_mib", "{:.0f}", MEASURED),
+]
+
+
+class AllocatorRow(TypedDict):
+    model: str
+    shape: str
+    precision: str
+    strategy: str
+    predicted_allocated_mib: float
+    cuda_allocated_mib: float
+    allocated_error: float | None
+    predicted_reserved_mib: float
+    cuda_reserved_mib: float
+    reserved_error: float | None
+    outside_allocator_mib: float
 
 
 def cublas_workspace_bytes(device: torch.device) -> int:
@@ -74,13 +111,9 @@ def measured_counters(workload: Workload, strategy: str, device: torch.device) -
     }
 
 
-def _error(predicted: int, measured: int | None) -> float | None:
-    return None if not measured else (predicted - measured) / measured
-
-
-def allocator_rows(device: torch.device, checks: tuple = ALLOCATOR_CHECKS) -> list[dict]:
+def allocator_rows(device: torch.device, checks: tuple = ALLOCATOR_CHECKS) -> list[AllocatorRow]:
     """Each check's predicted counters beside the measured ones, in MiB, with relative errors."""
-    rows = []
+    rows: list[AllocatorRow] = []
     workspace_bytes = cublas_workspace_bytes(device)
     for model, batch, size, precision, lora, strategy in checks:
         workload = Workload(model, batch=batch, size=size, precision=precision, lora_rank=lora)
@@ -94,28 +127,47 @@ def allocator_rows(device: torch.device, checks: tuple = ALLOCATOR_CHECKS) -> li
                 "strategy": strategy,
                 "predicted_allocated_mib": predicted.max_allocated_bytes / MiB,
                 "cuda_allocated_mib": measured["allocated"] / MiB,
-                "allocated_error": _error(predicted.max_allocated_bytes, measured["allocated"]),
+                "allocated_error": relative_error(
+                    predicted.max_allocated_bytes, measured["allocated"]
+                ),
                 "predicted_reserved_mib": predicted.max_reserved_bytes / MiB,
                 "cuda_reserved_mib": measured["reserved"] / MiB,
-                "reserved_error": _error(predicted.max_reserved_bytes, measured["reserved"]),
+                "reserved_error": relative_error(
+                    predicted.max_reserved_bytes, measured["reserved"]
+                ),
                 "outside_allocator_mib": measured["outside_allocator"] / MiB,
             }
         )
     return rows
 
 
-def allocator_failures(rows: list[dict]) -> list[str]:
+def allocator_failures(rows: list[AllocatorRow]) -> list[str]:
     """A row fails without a measured counter, or off by more than the tolerance."""
     failures = []
     for row in rows:
         label = f"{row['model']} {row['strategy']}"
-        for name, tolerance in (
-            ("allocated", ALLOCATED_TOLERANCE),
-            ("reserved", RESERVED_TOLERANCE),
+        for name, error, tolerance in (
+            ("allocated", row["allocated_error"], ALLOCATED_TOLERANCE),
+            ("reserved", row["reserved_error"], RESERVED_TOLERANCE),
         ):
-            error = row[f"{name}_error"]
-            if error is None:
-                failures.append(f"{label}: no CUDA {name} peak")
-            elif abs(error) > tolerance:
-                failures.append(f"{label}: predicted {name} off by {error:+.2%}")
+            failures += tolerance_failures(
+                label, error, tolerance, f"no CUDA {name} peak", f"predicted {name}"
+            )
     return failures
+
+
+def allocator_section(budget: Budget) -> Outcome:
+    """The emulated caching allocator's two counters against ``torch.cuda``'s on this GPU."""
+    rows = allocator_rows(torch.device("cuda"))
+    notes = [
+        "Predicted: the step's dry run, its allocations and frees replayed through "
+        "tutorial_utils.measurement.allocator (baseline, then two steps; cuBLAS workspaces per "
+        "thread). Measured: the second of two real steps after the allocator was emptied. "
+        "Outside the allocator: total - free - reserved at its end, i.e. the CUDA context and "
+        "anything else on the device (compare with the quoted context in estimate/card.py)."
+    ]
+    table = Table("The emulated allocator against torch.cuda", ALLOCATOR_COLUMNS, rows)
+    return Outcome([table], notes, allocator_failures(rows))
+
+
+SECTION = Section("allocator", "The emulated allocator against torch.cuda", allocator_section)
