@@ -17,6 +17,7 @@ from torchvision import transforms
 from tutorial_utils.articles import data
 from tutorial_utils.articles.data import fetching  # patched where fetch_real_data looks names up
 from tutorial_utils.articles.profiles import get_profile
+from tutorial_utils.network import reachable
 
 
 @pytest.fixture
@@ -26,7 +27,7 @@ def dogcat_root(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def offline(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fetching, "internet_reachable", lambda host, *args, **kwargs: False)
+    monkeypatch.setattr(fetching, "reachable", lambda host, *args, **kwargs: False)
 
 
 def jpeg_bytes(root: Path) -> dict[str, bytes]:
@@ -199,7 +200,7 @@ def test_download_dogcat_returns_present_dataset_without_network(
 
 def test_real_connectivity_check_answers_within_seconds() -> None:
     started = time.monotonic()
-    answer = data.internet_reachable("github.com", timeout=2.0)
+    answer = reachable("github.com", timeout_s=2.0)
     assert isinstance(answer, bool)
     assert time.monotonic() - started < 4
 
@@ -383,7 +384,7 @@ def test_fetch_real_data_downloads_only_when_asked_and_needed(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv(data.DATA_DIR_ENV, str(tmp_path))
-    monkeypatch.setattr(fetching, "internet_reachable", lambda host, *args, **kwargs: True)
+    monkeypatch.setattr(fetching, "reachable", lambda host, *args, **kwargs: True)
     clones: list[str] = []
 
     def fake_clone() -> Path:
@@ -408,7 +409,7 @@ def test_fetch_real_data_reports_a_failed_download_and_goes_on(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv(data.DATA_DIR_ENV, str(tmp_path))
-    monkeypatch.setattr(fetching, "internet_reachable", lambda host, *args, **kwargs: True)
+    monkeypatch.setattr(fetching, "reachable", lambda host, *args, **kwargs: True)
 
     def failing_download(root=None):
         raise RuntimeError("connection reset")

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 import torch.nn as nn
 
+from tutorial_utils.network import reachable
+
 if TYPE_CHECKING:
     from transformers.modeling_layers import GradientCheckpointingLayer
 
@@ -135,28 +137,14 @@ def hub_reachable(timeout_s: float = HUB_PROBE_TIMEOUT_S) -> bool:
     ``timeout_s``, name resolution included (in a thread: it has no timeout of its own).
 
     Why: offline, the Hub client retries for about half a minute before it gives up."""
-    import socket
-    import threading
     from urllib.parse import urlparse
     from urllib.request import getproxies
 
     from huggingface_hub import constants
 
     target = urlparse(getproxies().get("https") or constants.ENDPOINT)
-    host, port = target.hostname, target.port or (443 if target.scheme == "https" else 80)
-    outcome: list[bool] = []
-
-    def probe() -> None:
-        try:
-            with socket.create_connection((host, port), timeout=timeout_s):
-                outcome.append(True)
-        except OSError:
-            outcome.append(False)
-
-    thread = threading.Thread(target=probe, daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    return bool(outcome) and outcome[0]
+    port = target.port or (443 if target.scheme == "https" else 80)
+    return reachable(target.hostname or "", port, timeout_s)
 
 
 def config_from_hub(model_id: str):

@@ -37,7 +37,6 @@ from tutorial_utils.articles.data.fetching import (
     download_cifar10,
     download_dogcat,
     fetch_real_data,
-    internet_reachable,
 )
 from tutorial_utils.articles.data.folders import (
     CIFAR_DIRNAME,
@@ -96,7 +95,6 @@ __all__ = [
     "fetch_real_data",
     "image_is_readable",
     "image_subset",
-    "internet_reachable",
     "load_cifar10",
     "make_synthetic_cifar10",
     "make_synthetic_dogcat",

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
-import threading
 from pathlib import Path
 
 from torchvision import datasets
@@ -29,6 +27,7 @@ from tutorial_utils.articles.data.folders import (
     real_dogcat_present,
 )
 from tutorial_utils.articles.profiles import Profile, get_profile
+from tutorial_utils.network import reachable
 
 DOGCAT_REPO_URL = "https://github.com/laxmimerit/dog-cat-full-dataset.git"
 GIT_CLONE_TIMEOUT_S = 1800
@@ -36,32 +35,9 @@ CIFAR_HOST = "www.cs.toronto.edu"
 OFFLINE_CHECK_TIMEOUT_S = 3.0
 
 
-def internet_reachable(
-    host: str, port: int = 443, timeout: float = OFFLINE_CHECK_TIMEOUT_S
-) -> bool:
-    """Whether a TCP connection to ``host`` opens within ``timeout`` seconds, DNS included.
-
-    Why a thread: name resolution has no timeout of its own and can hang for minutes on an
-    air-gapped machine; downloads must fail in seconds instead.
-    """
-    outcome: list[bool] = []
-
-    def probe() -> None:
-        try:
-            with socket.create_connection((host, port), timeout=timeout):
-                outcome.append(True)
-        except OSError:
-            outcome.append(False)
-
-    thread = threading.Thread(target=probe, daemon=True)
-    thread.start()
-    thread.join(timeout)
-    return bool(outcome) and outcome[0]
-
-
 def require_online(host: str, what_to_do: str) -> None:
     """A ``ConnectionError`` saying what to do, in seconds, where ``host`` is unreachable."""
-    if not internet_reachable(host):
+    if not reachable(host, timeout_s=OFFLINE_CHECK_TIMEOUT_S):
         raise ConnectionError(f"cannot reach {host} (offline?): {what_to_do}")
 
 
@@ -160,7 +136,7 @@ def fetch_real_data(dataset: str, profile: Profile | None = None, fetch: bool = 
         return f"the real {dataset} is already in {where}: nothing fetched"
     if not fetch:
         return f"real {dataset} not fetched: set FETCH_REAL_DATA = True in this cell for {what}"
-    if not internet_reachable(host):
+    if not reachable(host, timeout_s=OFFLINE_CHECK_TIMEOUT_S):
         return f"offline ({host} unreachable): going on with the generated {dataset} stand-in"
     try:
         download_dogcat() if dataset == "dog-cat" else download_cifar10()
