@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import copy
+import functools
 import inspect
 import re
 import statistics
@@ -12,12 +14,18 @@ import nbformat
 import pytest
 import torch
 import torch.nn as nn
-from torch.utils.checkpoint import checkpoint_sequential
+from torch.utils.checkpoint import (
+    CheckpointPolicy,
+    checkpoint,
+    checkpoint_sequential,
+    create_selective_checkpoint_contexts,
+)
 
 from tutorial_utils import tools
 from tutorial_utils.measurement.tracker import TensorMemoryTracker
 from tutorial_utils.tools import (
     LiveBytes,
+    SavedTensors,
     StepTimes,
     compare_times,
     peak_bytes,
@@ -91,6 +99,45 @@ def test_saved_bytes_counts_what_backward_keeps_by_hand() -> None:
     assert saved_bytes(model, forward) == (3 + 1 + 2) * unit
     with torch.no_grad():
         assert saved_bytes(model, lambda: model(x)) == 0
+
+
+def test_saved_tensors_counts_the_same_bytes_on_meta_as_on_cpu() -> None:
+    """Every storage on meta has data_ptr() 0: only a count keyed by the storage itself holds."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+    on_meta, x = copy.deepcopy(model).to("meta"), torch.randn(2, 3, 16, 16)
+    with SavedTensors(leave_out=model.parameters()) as cpu:
+        model(x)
+    with SavedTensors(leave_out=on_meta.parameters()) as meta:
+        on_meta(x.to("meta"))
+    assert len(meta.storages) == len(cpu.storages) > 3  # input, conv out, BN stats, ReLU out
+    assert meta.total_bytes == cpu.total_bytes == sum(cpu.storages.values())
+    assert saved_bytes(on_meta, lambda: on_meta(x.to("meta"))) == cpu.total_bytes
+    assert {p.untyped_storage() for p in model.parameters()}.isdisjoint(cpu.storages)
+
+
+def test_saved_tensors_sees_only_the_inputs_of_a_selective_region_as_documented() -> None:
+    model, x = chain(depth=2), torch.randn(16, 32)
+    unit = x.numel() * x.element_size()
+
+    def keep_matmuls(_ctx, op, *_args, **_kwargs) -> CheckpointPolicy:
+        if op is torch.ops.aten.addmm.default:
+            return CheckpointPolicy.MUST_SAVE
+        return CheckpointPolicy.PREFER_RECOMPUTE
+
+    selective = functools.partial(create_selective_checkpoint_contexts, keep_matmuls)
+    respects = "respect_saved_tensors_hooks" in inspect.signature(checkpoint).parameters
+
+    def counted(**options) -> SavedTensors:
+        with SavedTensors(leave_out=model.parameters()) as saved:
+            checkpoint(model, x, use_reentrant=False, context_fn=selective, **options)
+        return saved
+
+    legacy = counted(**({"respect_saved_tensors_hooks": False} if respects else {}))
+    assert list(legacy.storages) == [x.untyped_storage()]  # the region's input, nothing it keeps
+    if respects:  # torch 2.14+: the two Linears' outputs the policy keeps come through too
+        honoured = counted(respect_saved_tensors_hooks=True)
+        assert honoured.total_bytes == legacy.total_bytes + 2 * unit
 
 
 @pytest.mark.parametrize("segments", [0, 2, 4])

@@ -13,8 +13,9 @@ from __future__ import annotations
 import statistics
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Self
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -24,26 +25,49 @@ from torch.utils.flop_counter import FlopCounterMode
 MiB = 2**20
 
 
+class SavedTensors:
+    """Inside ``with``, every storage autograd saves for backward, once, with its bytes.
+
+    Several ops may save the same tensor, or views of one storage: each storage counts once.
+    The storages are the keys, held until the counter goes, so none is freed while counted and
+    none is confused with another: their addresses may be reused, and on the meta device they
+    are all 0. Tensors in ``leave_out`` (a model's parameters: in memory anyway) are not counted.
+    Of a region ``torch.utils.checkpoint`` runs, only the inputs come through here: the rest is
+    recomputed in backward, and what a selective policy keeps passes by these hooks unless
+    ``checkpoint`` is called with ``respect_saved_tensors_hooks=True`` (torch 2.14 and later).
+    """
+
+    def __init__(self, leave_out: Iterable[torch.Tensor] = ()) -> None:
+        self.left_out = {tensor.untyped_storage() for tensor in leave_out}
+        self.storages: dict[torch.UntypedStorage, int] = {}  # storage -> bytes, in saving order
+        self.total_bytes = 0
+        self.hooks = torch.autograd.graph.saved_tensors_hooks(self.pack, lambda tensor: tensor)
+
+    def pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        if storage not in self.left_out and storage not in self.storages:
+            self.storages[storage] = storage.nbytes()
+            self.total_bytes += storage.nbytes()
+        return tensor
+
+    def __enter__(self) -> Self:
+        self.hooks.__enter__()
+        return self
+
+    def __exit__(self, *exception: object) -> None:
+        self.hooks.__exit__(*exception)
+
+
 def saved_bytes(model: torch.nn.Module, forward: Callable[[], object]) -> int:
     """Bytes autograd keeps for backward while ``forward()`` runs: what checkpointing trades.
 
     Each storage counts once (several ops may save the same tensor); the model's parameters
-    are left out, since they are in memory anyway.
+    are left out, since they are in memory anyway. ``SavedTensors`` says what it sees of a
+    checkpointed region.
     """
-    parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    seen: dict[int, int] = {}  # storage address -> bytes
-    kept = []  # the saved tensors, held so that no address is reused while we count
-
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        storage = tensor.untyped_storage()
-        if storage.data_ptr() not in parameters:
-            seen[storage.data_ptr()] = storage.nbytes()
-            kept.append(tensor)
-        return tensor
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+    with SavedTensors(leave_out=model.parameters()) as saved:
         forward()
-    return sum(seen.values())
+    return saved.total_bytes
 
 
 class LiveBytes(TorchDispatchMode):

@@ -6,7 +6,8 @@ what the default partitioner saves, lower budgets make it recompute more ops in 
 a knapsack over recomputable ops (the PyTorch blog "Current and New Activation Checkpointing
 Techniques in PyTorch"). This module compiles a model at several budgets and **measures** what each
 compiled step keeps for backward: every tensor the compiled forward saves passes through
-``saved_tensors_hooks``, counted once per storage; and its step time, timed in turns.
+``saved_tensors_hooks``, counted once per storage by ``tools.SavedTensors``; and its step time,
+timed in turns.
 ``backend="aot_eager_decomp_partition"`` runs the same partitioner without generating C++ code,
 so it works on any machine; ``"inductor"`` also fuses kernels.
 
@@ -34,6 +35,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import _disable_current_modes
 
 from tutorial_utils.measurement.timing import Timing, time_interleaved
+from tutorial_utils.tools import SavedTensors
 from tutorial_utils.units import MiB
 
 
@@ -76,21 +78,9 @@ def saved_bytes_of(
     """Bytes of distinct storages autograd keeps for backward after ``model(inputs)``, or
     ``forward(inputs)`` (the parameters it keeps too, with ``with_parameters``: they cost nothing
     extra, but the partitioner's estimate counts them)."""
-    seen: dict[int, int] = {}
-    parameters = (
-        set() if with_parameters else {p.untyped_storage()._cdata for p in model.parameters()}
-    )
-
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        storage = tensor.untyped_storage()
-        if storage._cdata not in parameters:
-            seen[storage._cdata] = storage.nbytes()
-        return tensor
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        output = (forward or model)(inputs)
-    del output
-    return sum(seen.values())
+    with SavedTensors(leave_out=() if with_parameters else model.parameters()) as saved:
+        (forward or model)(inputs)
+    return saved.total_bytes
 
 
 def budget_sweep(

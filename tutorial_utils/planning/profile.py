@@ -1,8 +1,8 @@
 """Profiling a Sequential: what each top-level module keeps for its backward and costs to run.
 
 ``profile_sequential`` runs the model once, module by module, and records with
-``saved_tensors_hooks`` the storages autograd keeps for each module's backward, the bytes of its
-output and its forward cost: seconds on a real device, FLOPs on the meta device (where a model of
+``tools.SavedTensors`` (the one saved-bytes counter) the storages autograd keeps for each module's
+backward, the bytes of its output and its forward cost: seconds on a real device, FLOPs on the meta device (where a model of
 any size can be profiled on a laptop). The planner (``planning.planner``) and the floor
 (``planning.limits``) read these profiles.
 """
@@ -18,6 +18,7 @@ import torch.nn as nn
 
 from tutorial_utils.measurement.flops import StepFlopCounter
 from tutorial_utils.planning.roofline import Machine, RooflineCounter
+from tutorial_utils.tools import SavedTensors
 
 
 @dataclass(frozen=True)
@@ -82,11 +83,6 @@ class ModelProfile:
         return sum(self.kept_bytes_per_layer()) - last.output_bytes * last.saves_output
 
 
-def _storage_key(tensor: torch.Tensor) -> int:
-    """Identity of a tensor's storage while it lives (data pointers are all 0 on meta)."""
-    return tensor.untyped_storage()._cdata
-
-
 @torch.no_grad()
 def _snapshot_buffers(model: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(buffer, buffer.clone()) for buffer in model.buffers()]
@@ -97,7 +93,7 @@ def profile_sequential(
 ) -> ModelProfile:
     """Run ``model`` once, module by module, recording what autograd saves for each one.
 
-    Saved storages are found with ``saved_tensors_hooks``; parameters and buffers are left out
+    Saved storages are counted by ``tools.SavedTensors``; parameters and buffers are left out
     (they are there anyway). The forward runs twice (the first warms up kernels) and each module's
     time is the faster of the two; on the meta device it runs once and has FLOPs, no time, unless
     ``machine`` is given: then each module's time is predicted by that machine's roofline
@@ -113,11 +109,10 @@ def profile_sequential(
             "a roofline predicts times for a dry run: pass a meta sample, or no machine to "
             f"measure the times on {sample_input.device}"
         )
-    model_keys = {_storage_key(t) for t in [*model.parameters(), *model.buffers()]}
     snapshot = _snapshot_buffers(model)
     with torch.random.fork_rng(devices=_cuda_devices(sample_input)):
-        first = _profile_pass(model, sample_input, model_keys, machine)
-        second = first if dry_run else _profile_pass(model, sample_input, model_keys, None)
+        first = _profile_pass(model, sample_input, machine)
+        second = first if dry_run else _profile_pass(model, sample_input, None)
     with torch.no_grad():
         for buffer, saved in snapshot:
             buffer.copy_(saved)
@@ -141,41 +136,38 @@ def _cuda_devices(tensor: torch.Tensor) -> list[int]:
     return [tensor.device.index or 0] if tensor.device.type == "cuda" else []
 
 
-def _profile_pass(
-    model: nn.Sequential, x: torch.Tensor, model_keys: set[int], machine: Machine | None
-) -> list[dict]:
+def _profile_pass(model: nn.Sequential, x: torch.Tensor, machine: Machine | None) -> list[dict]:
     """One forward, module by module: what each saves, its FLOPs, and its time (measured; on
     meta, the roofline's prediction with a ``machine``, else None)."""
     dry_run = x.device.type == "meta"
+    model_tensors = [*model.parameters(), *model.buffers()]
     records = []
     for index, module in enumerate(model):
-        saved: dict[int, int] = {}
-
-        def pack(tensor: torch.Tensor, saved=saved) -> torch.Tensor:
-            key = _storage_key(tensor)
-            if key not in model_keys and tensor.untyped_storage().nbytes():
-                saved[key] = tensor.untyped_storage().nbytes()
-            return tensor
-
+        saved = SavedTensors(leave_out=model_tensors)  # one counter per module, made untimed
         _synchronize(x)
         started = time.perf_counter()
         roofline = RooflineCounter(machine) if machine is not None else contextlib.nullcontext()
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-            with StepFlopCounter() as flops, roofline:
-                y = module(x)
+        with saved, StepFlopCounter() as flops, roofline:
+            y = module(x)
         _synchronize(x)
         seconds: float | None = time.perf_counter() - started
         if dry_run:
             seconds = roofline.seconds if isinstance(roofline, RooflineCounter) else None
-        in_key, out_key = _storage_key(x), _storage_key(y)
+        # storages are compared as SavedTensors keys them: the storage object itself
+        x_storage, y_storage = x.untyped_storage(), y.untyped_storage()
+        view = y_storage is x_storage
         records.append(
             {
                 "name": f"{index}: {type(module).__name__}",
-                "input_bytes": x.untyped_storage().nbytes(),
-                "output_bytes": 0 if out_key == in_key else y.untyped_storage().nbytes(),
-                "saves_input": in_key in saved,
-                "saves_output": out_key in saved and out_key != in_key,
-                "internal_bytes": sum(b for k, b in saved.items() if k not in (in_key, out_key)),
+                "input_bytes": x_storage.nbytes(),
+                "output_bytes": 0 if view else y_storage.nbytes(),
+                "saves_input": saved.storages.get(x_storage, 0) > 0,
+                "saves_output": not view and saved.storages.get(y_storage, 0) > 0,
+                "internal_bytes": sum(
+                    nbytes
+                    for storage, nbytes in saved.storages.items()
+                    if storage not in (x_storage, y_storage)
+                ),
                 "parameter_bytes": sum(p.untyped_storage().nbytes() for p in module.parameters()),
                 "forward_seconds": seconds,
                 "forward_flops": flops.result().total,

@@ -2,16 +2,15 @@
 
 Section 1's experiment lives in the notebook's own cells, on ``tutorial_utils.tools`` alone; the
 rest imports this one name (``from tutorial_utils.lessons import vgg16_dogcat as lesson``). The
-parts: ``activations`` (section 2's step op by op, saved activations, dry-run sweeps), ``runs``
-(the article's two training runs against its figures), ``panel`` (the segment explorer) and
-``pitfalls`` (reentrant mode, Dropout, the last segment).
+parts: ``activations`` (section 2's step op by op, saved activations drawn, dry-run sweeps;
+``saved_activations`` measures them in ``measurement.saved_tensors``), ``runs`` (the article's two
+training runs against its figures), ``panel`` (the segment explorer) and ``pitfalls`` (reentrant
+mode, Dropout, the last segment).
 """
 
 from tutorial_utils.lessons.vgg16_dogcat.activations import (
     ARTICLE_BATCH,
     ARTICLE_INPUT,
-    ActivationAccount,
-    ModuleActivations,
     after_forward_bytes,
     article_batch,
     best_uniform_split,
@@ -19,7 +18,6 @@ from tutorial_utils.lessons.vgg16_dogcat.activations import (
     dry_run_sweep,
     format_sweep,
     plot_saved_activations,
-    saved_activations,
     step_timelines,
 )
 from tutorial_utils.lessons.vgg16_dogcat.panel import (
@@ -48,6 +46,11 @@ from tutorial_utils.lessons.vgg16_dogcat.runs import (
     sgd_momentum_state_bytes,
     sizes_for,
     summarize_run,
+)
+from tutorial_utils.measurement.saved_tensors import (
+    ActivationAccount,
+    ModuleActivations,
+    saved_activations,
 )
 
 __all__ = [

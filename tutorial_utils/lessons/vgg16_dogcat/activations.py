@@ -1,10 +1,9 @@
-"""Notebook 02, section 2 and Going deeper: a step op by op, where VGG16 keeps its activations,
-dry-run sweeps."""
+"""Notebook 02, section 2 and Going deeper: a step op by op, where VGG16 keeps its activations
+(measured by ``measurement.saved_tensors.saved_activations``, drawn here), dry-run sweeps."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import cast
 
 import matplotlib.pyplot as plt
@@ -14,105 +13,11 @@ from matplotlib.figure import Figure
 
 from tutorial_utils.display.plotting import figure_subtitle
 from tutorial_utils.measurement.dry_run import on_meta
+from tutorial_utils.measurement.saved_tensors import ActivationAccount
 from tutorial_utils.measurement.step import StepReport, SweepRecord, measure_step, sweep_segments
 from tutorial_utils.units import MiB
 
 # -- where the activations sit ---------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ModuleActivations:
-    """What one top-level module leaves for the backward pass, from autograd's own record."""
-
-    index: int
-    kind: str
-    output_shape: tuple[int, ...]
-    output_bytes: int
-    saved_bytes: int  # storages this module saved first (a tensor saved twice counts once)
-
-
-@dataclass
-class ActivationAccount:
-    """Autograd's saved tensors of one forward pass, per top-level module of a Sequential."""
-
-    layers: list[ModuleActivations]
-    input_shape: tuple[int, ...]
-    device: str
-
-    @property
-    def total_saved_bytes(self) -> int:
-        return sum(layer.saved_bytes for layer in self.layers)
-
-
-def saved_activations(
-    model: nn.Sequential, input_shape: Sequence[int], device: str | None = "meta"
-) -> ActivationAccount:
-    """Per top-level module, the bytes autograd saves for the backward pass (saved-tensor hooks).
-
-    ``device="meta"`` runs a weightless copy on the meta device: nothing is computed or
-    allocated, so the article's 224 px, batch-64 figures cost milliseconds, with autograd's real
-    shapes and dtypes. ``device=None`` runs ``model`` itself where it is (a real forward).
-    Parameters, and views of them such as a Linear's transposed weight, are not activations and
-    are left out; a tensor saved by two modules (a ReLU's output, saved by the ReLU and by the next
-    convolution) is counted once, for the first.
-    """
-    if len(input_shape) != 4 or any(int(side) <= 0 for side in input_shape):
-        raise ValueError(f"input_shape must be (batch, channels, height, width), got {input_shape}")
-    if device not in ("meta", None):
-        raise ValueError(f"device must be 'meta' or None (the model's own), got {device!r}")
-    run = on_meta(model) if device == "meta" else model
-    run_device = next(run.parameters()).device
-    parameter_keys = {p.untyped_storage()._cdata for p in run.parameters()}
-    nbytes: dict[int, int] = {}
-    saved_keys: list[set[int]] = [set() for _ in run]
-    outputs: list[tuple[tuple[int, ...], int]] = [((), 0)] * len(run)
-    current = [0]
-    keep_alive: list[torch.Tensor] = []  # storage addresses stay unique while the pass runs
-
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        storage = tensor.untyped_storage()
-        if storage._cdata not in parameter_keys:
-            nbytes.setdefault(storage._cdata, storage.nbytes())
-            saved_keys[current[0]].add(storage._cdata)
-        return tensor
-
-    def before(index: int, args: tuple) -> None:
-        current[0] = index
-        keep_alive.append(args[0])
-
-    def after(index: int, output: torch.Tensor) -> None:
-        outputs[index] = (tuple(output.shape), output.numel() * output.element_size())
-
-    handles = []
-    for index, module in enumerate(run):
-        handles.append(module.register_forward_pre_hook(lambda _m, a, i=index: before(i, a)))
-        handles.append(module.register_forward_hook(lambda _m, _a, o, i=index: after(i, o)))
-    was_training = run.training
-    try:
-        run.train()
-        inputs = torch.zeros(tuple(int(s) for s in input_shape), device=run_device)
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-            output = run(inputs)
-        keep_alive.append(output)
-    finally:
-        run.train(was_training)
-        for handle in handles:
-            handle.remove()
-    counted: set[int] = set()
-    layers = []
-    for index, module in enumerate(run):
-        first = saved_keys[index] - counted
-        counted |= first
-        layers.append(
-            ModuleActivations(
-                index,
-                type(module).__name__,
-                outputs[index][0],
-                outputs[index][1],
-                sum(nbytes[key] for key in first),
-            )
-        )
-    return ActivationAccount(layers, tuple(int(s) for s in input_shape), str(run_device))
 
 
 def plot_saved_activations(accounts: dict[str, ActivationAccount]) -> Figure:
