@@ -2,7 +2,7 @@
 choice for a card it cannot ask; on a GPU it can be asked. For a grid of calls (dtype, head size,
 a mask or a causal flag) this puts the rules' kernel beside ``torch.ops.aten._fused_sdp_choice``
 (what ``scaled_dot_product_attention`` runs), and the bytes a dry run keeps for backward beside
-those the real call keeps (unique storages seen by ``saved_tensors_hooks``).
+those the real call keeps (unique storages, counted by ``tools.SavedTensors``).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from tutorial_utils.measurement.gpu_attention import (
     gpu_attention_rules,
 )
 from tutorial_utils.measurement.meta_attention import dry_run_context
+from tutorial_utils.tools import SavedTensors
 
 # torch's SDPBackend values (torch.nn.attention.SDPBackend) by the rules' names
 TORCH_BACKENDS = {0: "math", 1: "flash", 2: "efficient", 3: "cudnn"}
@@ -66,15 +67,9 @@ class KernelRow(TypedDict):
 
 def saved_bytes(attention: Callable[..., torch.Tensor], *args, **kwargs) -> int:
     """Bytes of the distinct storages autograd keeps for backward of ``attention(...)``."""
-    kept: dict[int, int] = {}
-
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        kept[tensor.untyped_storage()._cdata] = tensor.untyped_storage().nbytes()
-        return tensor
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+    with SavedTensors() as saved:
         attention(*args, **kwargs)
-    return sum(kept.values())
+    return saved.total_bytes
 
 
 def compare_call(
