@@ -35,44 +35,7 @@ from tutorial_utils.estimate.strategies import Strategy, parse_strategy
 from tutorial_utils.units import GiB
 
 ADAM_STEP_BYTES = 4
-TINY = {
-    "llama": {"model_type": "llama"},
-    "qwen2": {"model_type": "qwen2"},
-    "mistral": {"model_type": "mistral", "sliding_window": 32},  # shorter than the sequence
-    "gpt2": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 128},
-}
-DECODER_SIZES = {
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 256,
-}
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """The real steps here are tiny: one thread, so they don't spin on a shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture
-def tiny_config(tmp_path):
-    """A family's config.json at a CPU's size, as a user's downloaded file."""
-
-    def write(family: str) -> str:
-        fields = {**TINY[family], "vocab_size": 500, "bos_token_id": 0, "eos_token_id": 0}
-        if family != "gpt2":
-            fields.update(DECODER_SIZES)
-        path = tmp_path / f"{family}.json"
-        path.write_text(json.dumps(fields))
-        return str(path)
-
-    return write
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def real_and_dry(workload: Workload, strategy: Strategy):

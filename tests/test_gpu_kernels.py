@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 
 import pytest
@@ -120,21 +119,9 @@ def test_dry_run_of_sdpa_follows_the_active_rules() -> None:
 
 
 @pytest.fixture
-def tiny_llama(tmp_path) -> str:
-    """A Llama config.json at a CPU's size: head dim 16, grouped-query (4 heads, 2 kv)."""
-    fields = {
-        "model_type": "llama",
-        "vocab_size": 500,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "max_position_embeddings": 256,
-    }
-    path = tmp_path / "llama.json"
-    path.write_text(json.dumps(fields))
-    return str(path)
+def tiny_llama(tiny_config) -> str:
+    """A Llama at a CPU's size: head dim 16, grouped-query (4 heads, 2 kv)."""
+    return tiny_config("llama")
 
 
 def rows_of(out: str) -> dict[str, list[str]]:

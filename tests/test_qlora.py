@@ -44,33 +44,15 @@ needs_bitsandbytes = pytest.mark.skipif(
 )
 ADAM_STEP_BYTES = 4
 RANK, TARGETS = 4, ("q_proj", "v_proj")
-TINY_LLAMA = {
-    "model_type": "llama",
-    "hidden_size": 192,  # 192 x 320 weights: 960 blocks, not a multiple of 256
-    "intermediate_size": 320,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 3,
-    "num_key_value_heads": 1,
-    "vocab_size": 500,
-    "max_position_embeddings": 256,
-    "bos_token_id": 0,
-    "eos_token_id": 0,
-}
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# 192 x 320 weights: 960 blocks of 64, not a multiple of 256
+TINY_LLAMA = {"hidden_size": 192, "intermediate_size": 320, "num_attention_heads": 3,
+              "num_key_value_heads": 1}  # fmt: skip
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture
-def tiny_llama(tmp_path):
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(TINY_LLAMA))
-    return str(path)
+def tiny_llama(tiny_config) -> str:
+    return tiny_config("llama", **TINY_LLAMA)
 
 
 def bitsandbytes_config():

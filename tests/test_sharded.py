@@ -45,12 +45,7 @@ WIDTH, DEPTH, BATCH = 32, 4, 512  # global batch: 256 rows per rank on 2 ranks
 ADAM_STEP_BYTES = 4  # Adam's step counter: one float32 per parameter tensor
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def build(checkpointed: bool):
