@@ -60,10 +60,37 @@ def _sold_as(gb: int) -> int:
 _DATASHEET = "NVIDIA {} datasheet"
 # No per-model figure of the context with lazy loading was found; the figures quoted for
 # single cards (an RTX 3090's 1687 MB, a GTX 1080's 721 MB, pytorch/pytorch#55277) predate it.
+
+
+def _card(
+    name: str,
+    sm: tuple[int, int],
+    sold_gb: int,
+    tensor_flops: float,
+    fp32_flops: float,
+    bandwidth: float,
+    peaks_source: str,
+) -> GpuModel:
+    """A card sold as ``sold_gb`` GB with bf16 tensor cores as fast as its fp16 ones."""
+    return GpuModel(
+        name,
+        hopper=sm == (9, 0),
+        sm=sm,
+        memory_bytes=_sold_as(sold_gb),
+        fp16_flops=tensor_flops,
+        bf16_flops=tensor_flops,
+        fp32_flops=fp32_flops,
+        bandwidth=bandwidth,
+        peaks_source=peaks_source,
+    )
+
+
+_SXM = _DATASHEET + ", SXM"
+_WHITEPAPER = "NVIDIA {} whitepaper (tensor FP16/BF16, FP32 accumulate)"
 GPUS = {
     "any": GpuModel("any GPU"),
     "cpu": GpuModel("no GPU named: the CPU's SDPA kernels"),
-    "t4": GpuModel(
+    "t4": GpuModel(  # no bf16 tensor cores
         "T4",
         sm=(7, 5),
         # 16 GB sold; ECC holds 1/16 of GDDR6 back: deviceQuery reads 15,843,721,216 bytes
@@ -74,91 +101,20 @@ GPUS = {
         bandwidth=320e9,
         peaks_source=_DATASHEET.format("T4"),
     ),
-    "a10g": GpuModel(
-        "A10G",
-        sm=(8, 6),
-        memory_bytes=_sold_as(24),
-        fp16_flops=70e12,
-        bf16_flops=70e12,
-        fp32_flops=31.2e12,
-        bandwidth=600e9,
-        peaks_source="AWS's A10G has no NVIDIA datasheet; as tabled by baseten.co/blog/"
-        "nvidia-a10-vs-a10g-for-ml-model-inference",
-    ),
-    "l4": GpuModel(
-        "L4",
-        sm=(8, 9),
-        memory_bytes=_sold_as(24),
-        fp16_flops=121e12,
-        bf16_flops=121e12,
-        fp32_flops=30.3e12,
-        bandwidth=300e9,
-        peaks_source=_DATASHEET.format("L4"),
-    ),
-    "a100-40gb": GpuModel(
-        "A100 40GB",
-        sm=(8, 0),
-        memory_bytes=_sold_as(40),
-        fp16_flops=312e12,
-        bf16_flops=312e12,
-        fp32_flops=19.5e12,
-        bandwidth=1555e9,
-        peaks_source=_DATASHEET.format("A100") + ", SXM",
-    ),
-    "a100-80gb": GpuModel(
-        "A100 80GB",
-        sm=(8, 0),
-        memory_bytes=_sold_as(80),
-        fp16_flops=312e12,
-        bf16_flops=312e12,
-        fp32_flops=19.5e12,
-        bandwidth=2039e9,
-        peaks_source=_DATASHEET.format("A100") + ", SXM",
-    ),
-    "h100": GpuModel(
-        "H100",
-        hopper=True,
-        sm=(9, 0),
-        memory_bytes=_sold_as(80),
-        fp16_flops=989e12,
-        bf16_flops=989e12,
-        fp32_flops=67e12,
-        bandwidth=3.35e12,
-        peaks_source=_DATASHEET.format("H100") + ", SXM",
-    ),
-    "h200": GpuModel(
-        "H200",
-        hopper=True,
-        sm=(9, 0),
-        memory_bytes=_sold_as(141),
-        fp16_flops=989e12,
-        bf16_flops=989e12,
-        fp32_flops=67e12,
-        bandwidth=4.8e12,
-        peaks_source=_DATASHEET.format("H200") + ", SXM",
-    ),
-    "3090": GpuModel(
-        "RTX 3090",
-        sm=(8, 6),
-        memory_bytes=_sold_as(24),
-        fp16_flops=71e12,
-        bf16_flops=71e12,
-        fp32_flops=35.6e12,
-        bandwidth=936e9,
-        peaks_source="NVIDIA Ampere GA102 whitepaper (tensor FP16/BF16, FP32 accumulate)",
-    ),
-    "4090": GpuModel(
-        "RTX 4090",
-        sm=(8, 9),
-        memory_bytes=_sold_as(24),
-        fp16_flops=165.2e12,
-        bf16_flops=165.2e12,
-        fp32_flops=82.6e12,
-        bandwidth=1008e9,
-        peaks_source="NVIDIA Ada Lovelace architecture whitepaper (tensor FP16/BF16, FP32 "
-        "accumulate)",
-    ),
-}
+    # name, compute capability, GB sold, fp16/bf16 tensor and fp32 FLOP/s, bytes/s, source
+    "a10g": _card("A10G", (8, 6), 24, 70e12, 31.2e12, 600e9,
+                  "AWS's A10G has no NVIDIA datasheet; as tabled by baseten.co/blog/"
+                  "nvidia-a10-vs-a10g-for-ml-model-inference"),
+    "l4": _card("L4", (8, 9), 24, 121e12, 30.3e12, 300e9, _DATASHEET.format("L4")),
+    "a100-40gb": _card("A100 40GB", (8, 0), 40, 312e12, 19.5e12, 1555e9, _SXM.format("A100")),
+    "a100-80gb": _card("A100 80GB", (8, 0), 80, 312e12, 19.5e12, 2039e9, _SXM.format("A100")),
+    "h100": _card("H100", (9, 0), 80, 989e12, 67e12, 3.35e12, _SXM.format("H100")),
+    "h200": _card("H200", (9, 0), 141, 989e12, 67e12, 4.8e12, _SXM.format("H200")),
+    "3090": _card("RTX 3090", (8, 6), 24, 71e12, 35.6e12, 936e9,
+                  _WHITEPAPER.format("Ampere GA102")),
+    "4090": _card("RTX 4090", (8, 9), 24, 165.2e12, 82.6e12, 1008e9,
+                  _WHITEPAPER.format("Ada Lovelace architecture")),
+}  # fmt: skip
 # the names --gpu took before the cards above had their memory
 ALIASES = {"a100": "a100-40gb", "rtx-3090": "3090", "rtx-4090": "4090"}
 GPU_CHOICES = (*GPUS, *ALIASES)
