@@ -52,6 +52,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from tutorial_utils.articles.experiments import adam_optimizer
 from tutorial_utils.articles.models import Layout, NetA, vgg16_classifier
 from tutorial_utils.articles.profiles import PROFILE_ENV
 from tutorial_utils.articles.quoted import NETA_ARTICLE
@@ -66,7 +67,6 @@ from tutorial_utils.measurement.nvml import nvml_driver_version, nvml_used_mib
 from tutorial_utils.measurement.step import (
     OptimizerFactory,
     StepReport,
-    adam_optimizer,
     default_optimizer,
     measure_step,
 )
@@ -431,28 +431,34 @@ def measure(step: CrossCheckStep, device: torch.device) -> StepReport:
     model = step.make_model().to(device)
     inputs = torch.randn(step.input_shape)
     targets = torch.randint(0, step.classes, (step.input_shape[0],))
-    optimizer = step.optimizer_factory(model.parameters())
-    return measure_step(model, inputs, targets, step.segments, optimizer, device=device, repeats=3)
+    return measure_step(
+        model,
+        inputs,
+        targets,
+        step.segments,
+        optimizer_factory=step.optimizer_factory,
+        device=device,
+        repeats=3,
+    )
 
 
 def measured_row(dry_row: dict, report: StepReport) -> dict:
     """A dry-run row completed with the real step's figures and both relative errors."""
-    cuda_before = report.cuda_allocated_before
+    cuda = report.cuda
+    peak_allocated_mib = None if cuda is None else cuda.peak_allocated_bytes / MiB
     return {
         **dry_row,
         "tracked_peak_mib": report.peak_mib,
-        "cuda_peak_allocated_mib": report.cuda_peak_allocated_mib,
-        "cuda_peak_reserved_mib": report.cuda_peak_reserved_mib,
-        "nvml_used_mib": report.nvml_used_mib,
-        "tracker_error": report.tracker_error,
-        "dry_run_error": relative_error(
-            dry_row["dry_run_peak_mib"], report.cuda_peak_allocated_mib
-        ),
+        "cuda_peak_allocated_mib": peak_allocated_mib,
+        "cuda_peak_reserved_mib": None if cuda is None else cuda.peak_reserved_bytes / MiB,
+        "nvml_used_mib": report.nvml.used_mib,
+        "tracker_error": relative_error(report.peak_mib, peak_allocated_mib),
+        "dry_run_error": relative_error(dry_row["dry_run_peak_mib"], peak_allocated_mib),
         "tracked_baseline_mib": report.baseline_bytes / MiB,
-        "cuda_allocated_before_mib": None if cuda_before is None else cuda_before / MiB,
+        "cuda_allocated_before_mib": None if cuda is None else cuda.allocated_before_bytes / MiB,
         "step_seconds": report.seconds,
         "breakdown_mib": report.breakdown_mib,
-        "activation_peak_mib": report.activation_peak_mib,
+        "activation_peak_mib": report.activation_peak_bytes / MiB,
         "device": report.device,
     }
 
@@ -529,9 +535,14 @@ def _warm_up(device: torch.device) -> None:
     """One small NetA step, so cuBLAS's and cuDNN's handles and workspaces (kept for the
     process's life) exist before the baseline is read and are not mistaken for a leak."""
     inputs, targets = torch.randn(2, *SEARCH_SAMPLE), torch.randint(0, 10, (2,))
-    model = _neta_plain()
-    optimizer = adam_optimizer(model.parameters())
-    measure_step(model, inputs, targets, 0, optimizer, device=device, time_step=False)
+    measure_step(
+        _neta_plain(),
+        inputs,
+        targets,
+        optimizer_factory=adam_optimizer,
+        device=device,
+        time_step=False,
+    )
 
 
 def first_out_of_memory(result: MaxBatchResult) -> dict | None:
@@ -613,13 +624,23 @@ def batch_search_section(budget: Budget) -> Outcome:
     free_cuda_memory()
     before = torch.cuda.memory_allocated(device)
     capped = find_max_batch_size(
-        _neta_plain, SEARCH_SAMPLE, SEARCH_BUDGET_BYTES, device=device, mode="cuda"
+        _neta_plain,
+        SEARCH_SAMPLE,
+        SEARCH_BUDGET_BYTES,
+        device=device,
+        mode="cuda",
+        optimizer_factory=adam_optimizer,
     )
     free_cuda_memory()
     after = torch.cuda.memory_allocated(device)
     alive = torch.ones(4, device=device).add(1).sum().item() == 8.0
     tracked = find_max_batch_size(
-        _neta_plain, SEARCH_SAMPLE, SEARCH_BUDGET_BYTES, device=device, mode="tracked"
+        _neta_plain,
+        SEARCH_SAMPLE,
+        SEARCH_BUDGET_BYTES,
+        device=device,
+        mode="tracked",
+        optimizer_factory=adam_optimizer,
     )
     return batch_search_outcome(capped, tracked, before, after, alive)
 
@@ -676,17 +697,18 @@ def offloading_section(budget: Budget) -> Outcome:
     targets = torch.randint(0, 2, (OFFLOAD_SHAPE[0],), generator=generator)
     rows = []
     for label, segments in (("plain", 0), (str(OffloadedActivations()), OffloadedActivations())):
-        optimizer = default_optimizer(model.parameters())
-        report = measure_step(model, inputs, targets, segments, optimizer, device=device, repeats=3)
+        report = measure_step(model, inputs, targets, segments, device=device, repeats=3)
+        cuda = report.cuda
         rows.append(
             {
                 "step": label,
                 "tracked_peak_mib": report.peak_mib,
-                "cuda_peak_allocated_mib": report.cuda_peak_allocated_mib,
+                "cuda_peak_allocated_mib": None
+                if cuda is None
+                else cuda.peak_allocated_bytes / MiB,
                 "step_seconds": report.seconds,
             }
         )
-        del optimizer
         free_cuda_memory()
     inputs = inputs.to(device)
     with torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=True):
@@ -884,7 +906,7 @@ def estimate_rows(device: torch.device, checks: tuple = ESTIMATE_CHECKS) -> list
     for model, batch, size, precision, lora, strategy in checks:
         workload = Workload(model, batch=batch, size=size, precision=precision, lora_rank=lora)
         dry, real = dry_run_and_real_step(workload, parse_strategy(strategy), str(device))
-        cuda = real.cuda_peak_allocated
+        cuda = None if real.cuda is None else real.cuda.peak_allocated_bytes
         rows.append(
             {
                 "model": model,
