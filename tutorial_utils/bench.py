@@ -134,9 +134,11 @@ def _counted_gflop(report: StepReport) -> float:
     return report.flops.total / 1e9
 
 
-def _dry_run_gflop(model: torch.nn.Module, shape: Sequence[int], segments: Segments = 0) -> float:
+def _dry_run_gflop(
+    model: torch.nn.Module, input_shape: Sequence[int], segments: Segments = 0
+) -> float:
     """GFLOP of the same step as a dry run (a meta copy: the model is left alone)."""
-    return _counted_gflop(dry_run_step(model, shape, segments))
+    return _counted_gflop(dry_run_step(model, input_shape, segments))
 
 
 def run_bench(

@@ -63,7 +63,8 @@ def _validate_search(
         raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
     if len(sample_shape) == 0 or any(int(side) <= 0 for side in sample_shape):
         raise ValueError(
-            f"sample_shape must be non-empty and positive, e.g. (3, 32, 32); got {sample_shape}"
+            "sample_shape is one sample's shape, without the batch (the search chooses it), "
+            f"non-empty and positive, e.g. (3, 32, 32); got {sample_shape}"
         )
     if mode not in get_args(SearchMode):
         raise ValueError(f"mode must be 'tracked' or 'cuda', got {mode!r}")
