@@ -17,7 +17,7 @@ import contextlib
 import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn as nn
@@ -52,6 +52,7 @@ from tutorial_utils.measurement.tracker import (
 from tutorial_utils.units import MiB
 
 DRY_RUN_LABEL = "dry run (meta device): exact tensor bytes, no time"
+DeviceReadings = Literal["cuda", "mps"]  # the optional parts of a StepReport, in ``missing``
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 
 
@@ -105,7 +106,7 @@ class StepReport:
     cuda: CudaReadings | None = None  # on CUDA
     nvml: NvmlReading = NvmlReading(None, "not read")  # on CUDA, where NVML answers
     mps: MpsReadings | None = None  # on Apple's GPU
-    missing: dict[str, str] = field(default_factory=dict)  # "cuda"/"mps": why that part is None
+    missing: dict[DeviceReadings, str] = field(default_factory=dict)  # why that part is None
 
     @property
     def dry_run(self) -> bool:
@@ -290,15 +291,15 @@ def _tracked(
 
 def _device_readings(
     device: torch.device, allocated_before: int | None
-) -> tuple[CudaReadings | None, NvmlReading, MpsReadings | None, dict[str, str]]:
+) -> tuple[CudaReadings | None, NvmlReading, MpsReadings | None, dict[DeviceReadings, str]]:
     """What the device itself says after the step: CUDA's peaks, NVML, torch.mps; None elsewhere,
     and why, by part."""
     figures, mps = cuda_memory_figures(device), mps_memory_figures(device)
-    missing = {
-        part: reason
-        for part, reason in (("cuda", figures.reason), ("mps", mps.reason))
-        if reason is not None
-    }
+    missing: dict[DeviceReadings, str] = {}
+    if figures.reason is not None:
+        missing["cuda"] = figures.reason
+    if mps.reason is not None:
+        missing["mps"] = mps.reason
     cuda = None
     if figures.peak_allocated is not None and figures.peak_reserved is not None:
         assert allocated_before is not None, "the peaks were reset on this CUDA device"
