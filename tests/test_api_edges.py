@@ -113,3 +113,35 @@ def test_a_dry_run_of_data_dependent_code_says_to_measure_a_real_step(how: str) 
     # and the advice works: a real step of the same model at a small size
     report = measure_step(model, torch.randn(4, 8), torch.randint(0, 4, (4,)), time_step=False)
     assert report.peak_bytes > 0 and not report.dry_run
+
+
+# -- the optimizer: a factory everywhere ---------------------------------------------------------
+
+
+def test_an_optimizer_instance_is_refused_with_the_factory_to_pass() -> None:
+    model = small_model()
+    with pytest.raises(TypeError) as error:
+        measure_step(
+            model,
+            torch.randn(4, 8),
+            torch.randint(0, 4, (4,)),
+            optimizer_factory=torch.optim.SGD(model.parameters(), lr=0.1),  # type: ignore[arg-type]
+        )
+    assert "optimizer_factory=lambda params:" in one_line(error)
+
+
+def test_the_factory_gets_the_model_s_parameters_and_the_model_is_trained() -> None:
+    model, made = small_model(), []
+
+    def adam(parameters):
+        made.append(torch.optim.Adam(parameters, lr=0.1))
+        return made[-1]
+
+    before = [p.detach().clone() for p in model.parameters()]
+    measure_step(model, torch.randn(4, 8), torch.randint(0, 4, (4,)), optimizer_factory=adam)
+    (optimizer,) = made
+    assert [p for group in optimizer.param_groups for p in group["params"]] == list(
+        model.parameters()
+    )
+    assert optimizer.state  # Adam's moments exist: the step was taken with the factory's optimizer
+    assert any(not torch.equal(b, p) for b, p in zip(before, model.parameters(), strict=True))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn as nn
 
 from tutorial_utils.measurement.autocast import CPU_POLICY, CUDA_POLICY, EmulatedAutocast
 
@@ -75,7 +76,8 @@ def test_a_dry_run_inside_torch_autocast_follows_it():
     so a dry run inside the ``with`` block counts the mixed-precision step, not the float32 one."""
     from torchvision.models import resnet18
 
-    from tutorial_utils.measurement.dry_run import ambient_autocast, dry_run_step
+    from tutorial_utils.measurement.autocast import ambient_autocast
+    from tutorial_utils.measurement.dry_run import dry_run_step
 
     model, shape = resnet18(num_classes=2), (2, 3, 32, 32)
     plain = dry_run_step(model, shape).peak_bytes
@@ -87,3 +89,76 @@ def test_a_dry_run_inside_torch_autocast_follows_it():
         assert followed.policy is CPU_POLICY
         inside = dry_run_step(model, shape).peak_bytes
     assert inside == explicit.peak_bytes != plain
+
+
+def test_a_dry_run_inside_torch_autocast_equals_the_real_step_under_it():
+    """ResNet-18 on the CPU in bf16: ``measure_step`` inside ``torch.autocast`` casts the forward
+    and the loss only (backward and the optimizer step outside it, as an AMP loop does), and a dry
+    run inside the same ``with`` block counts that step to the byte, not the float32 one."""
+    from torchvision.models import resnet18
+
+    from tutorial_utils.measurement.dry_run import dry_run_step
+    from tutorial_utils.measurement.step import measure_step
+
+    torch.manual_seed(0)
+    model, shape = resnet18(num_classes=2), (2, 3, 32, 32)
+    inputs, targets = torch.randn(shape), torch.randint(0, 2, (shape[0],))
+    fp32 = dry_run_step(model, shape)
+    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        dry = dry_run_step(model, shape)
+        real = measure_step(model, inputs, targets, time_step=False)
+    explicit = measure_step(model, inputs, targets, time_step=False, autocast=dry_autocast())
+    for report in (real, explicit):
+        assert (dry.peak_bytes, dry.activation_peak_bytes) == (
+            report.peak_bytes,
+            report.activation_peak_bytes,
+        )
+        assert dry.phase_peak_bytes == report.phase_peak_bytes
+    assert dry.peak_bytes != fp32.peak_bytes  # the float32 step is another figure
+
+
+def dry_autocast() -> EmulatedAutocast:
+    return EmulatedAutocast(torch.bfloat16, CPU_POLICY)
+
+
+def _conv_chain() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(16, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(16 * 16 * 16, 4),
+    )
+
+
+def test_the_batch_search_and_the_floor_follow_torch_autocast():
+    """Inside ``torch.autocast`` the search's trials and the floor are those of the mixed-precision
+    step: the float32 floor would lie above the real bf16 steps, the autocast one lies below."""
+    from tutorial_utils.measurement.batch_search import find_max_batch_size
+    from tutorial_utils.measurement.dry_run import dry_run_step, meta_copy
+    from tutorial_utils.measurement.step import measure_step
+    from tutorial_utils.planning.limits import peak_floor
+
+    shape, budget = (8, 3, 16, 16), 2 * 2**20
+    meta_batch = (
+        torch.empty(shape, device="meta"),
+        torch.empty(8, dtype=torch.long, device="meta"),
+    )
+    inputs, targets = torch.randn(shape), torch.randint(0, 4, (shape[0],))
+    fp32_floor = peak_floor(meta_copy(_conv_chain()), *meta_batch)
+    fp32_search = find_max_batch_size(_conv_chain, shape[1:], budget, device="meta", max_batch=64)
+    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        floor = peak_floor(meta_copy(_conv_chain()), *meta_batch)
+        search = find_max_batch_size(_conv_chain, shape[1:], budget, device="meta", max_batch=64)
+        real_peaks = [
+            measure_step(_conv_chain(), inputs, targets, count, time_step=False).peak_bytes
+            for count in (0, 2, 3)
+        ]
+    assert floor == peak_floor(meta_copy(_conv_chain()), *meta_batch, autocast=dry_autocast())
+    assert floor.floor_bytes <= min(real_peaks) < fp32_floor.floor_bytes
+    assert search.batch_size > fp32_search.batch_size
+    best = next(t for t in search.trials if t.fits and t.batch_size == search.batch_size)
+    explicit = dry_run_step(_conv_chain(), (best.batch_size, *shape[1:]), autocast=dry_autocast())
+    assert best.peak_bytes == explicit.peak_bytes

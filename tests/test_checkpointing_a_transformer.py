@@ -133,7 +133,9 @@ def test_flop_counting_leaves_the_dry_run_peak_unchanged():
     meta = build_causal_lm(small_llama_config(), "meta")
     ids = token_batch(BATCH, SEQUENCE, "meta", 1000)
     counted, plain = (
-        measure_step(meta, ids, ids, 0, adamw(meta.parameters()), next_token_loss, count_flops=c)
+        measure_step(
+            meta, ids, ids, optimizer_factory=adamw, loss_fn=next_token_loss, count_flops=c
+        )
         for c in (True, False)
     )
     assert counted.peak_bytes == plain.peak_bytes and counted.flops.forward > 0

@@ -9,6 +9,7 @@ from itertools import pairwise
 import pytest
 import torch
 
+from tutorial_utils.articles.experiments import adam_optimizer
 from tutorial_utils.articles.models import NetA
 from tutorial_utils.checkpointing import batchnorm as bn
 from tutorial_utils.display.figure_check import figure_problems
@@ -84,7 +85,12 @@ def test_lookup_equals_a_direct_batch_search_at_the_boundaries(small_card) -> No
         ("checkpoint", checkpointed.peaks[3] - 1, 3),  # one byte less: it does not
     ):
         search = find_max_batch_size(
-            lesson.CARD_MODELS[label], (3, 224, 224), budget, device="meta", max_batch=8
+            lesson.CARD_MODELS[label],
+            (3, 224, 224),
+            budget,
+            device="meta",
+            max_batch=8,
+            optimizer_factory=adam_optimizer,
         )
         assert small_card[label].largest_batch(budget) == search.batch_size == expected
 

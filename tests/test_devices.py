@@ -18,7 +18,7 @@ from tutorial_utils.measurement.devices import (
     synchronize,
 )
 from tutorial_utils.measurement.nvml import MPS_LABEL, mps_memory_figures
-from tutorial_utils.measurement.step import StepReport, measure_step
+from tutorial_utils.measurement.step import MpsReadings, measure_step
 from tutorial_utils.units import MiB
 
 
@@ -79,22 +79,8 @@ def test_mps_readings_come_from_torch_mps_and_only_on_mps(monkeypatch) -> None:
     assert (figures.allocated, figures.driver_allocated, figures.reason) == (3 * MiB, 8 * MiB, None)
 
 
-def test_a_step_report_shows_mps_readings_beside_the_tracked_peak_labelled() -> None:
-    report = StepReport(
-        peak_bytes=10 * MiB,
-        breakdown={},
-        activation_peak_bytes=0,
-        seconds=None,
-        cuda_peak_allocated=None,
-        cuda_peak_reserved=None,
-        nvml_used_mib=None,
-        segments=0,
-        batch_size=1,
-        device="mps",
-        mps_allocated=3 * MiB,
-        mps_driver_allocated=8 * MiB,
-    )
-    line = report.mps_readings
+def test_mps_readings_are_labelled_and_shown_beside_the_tracked_peak() -> None:
+    line = MpsReadings(allocated_bytes=3 * MiB, driver_allocated_bytes=8 * MiB).describe(10 * MiB)
     assert line.startswith(MPS_LABEL) and MPS_UNTESTED in line
     assert "3.0 MiB in tensors" in line and "8.0 MiB held by the Metal driver" in line
     assert "tracked peak 10.0 MiB" in line
@@ -103,5 +89,5 @@ def test_a_step_report_shows_mps_readings_beside_the_tracked_peak_labelled() -> 
 def test_a_cpu_step_has_no_mps_readings_and_says_why() -> None:
     model = nn.Sequential(nn.Linear(4, 3))
     report = measure_step(model, torch.randn(2, 4), torch.tensor([0, 1]), time_step=False)
-    assert report.mps_readings is None and report.mps_allocated is None
-    assert "not Apple's GPU" in report.mps_reason
+    assert report.mps is None
+    assert "not Apple's GPU" in report.missing["mps"]

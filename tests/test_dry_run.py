@@ -19,6 +19,7 @@ import pytest
 import torch
 import torch.nn as nn
 
+from tutorial_utils.articles.experiments import adam_optimizer
 from tutorial_utils.articles.models import NetA, vgg16_classifier
 from tutorial_utils.checkpointing.batchnorm import freeze_stats_during_recompute
 from tutorial_utils.checkpointing.segments import forward_segments
@@ -29,7 +30,6 @@ from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step, meta
 from tutorial_utils.measurement.flops import StepFlopCounter
 from tutorial_utils.measurement.step import (
     DRY_RUN_LABEL,
-    adam_optimizer,
     default_optimizer,
     measure_step,
     prime_optimizer_state,
@@ -53,14 +53,10 @@ def _both(model, shape, classes, segments=0, optimizer_factory=default_optimizer
     inputs, targets = _batch(shape, classes)
     twin = meta_copy(model)
     real = measure_step(
-        model, inputs, targets, segments, optimizer_factory(model.parameters()), time_step=False
+        model, inputs, targets, segments, optimizer_factory=optimizer_factory, time_step=False
     )
     dry = measure_step(
-        twin,
-        inputs.to("meta"),
-        targets.to("meta"),
-        segments,
-        optimizer_factory(twin.parameters()),
+        twin, inputs.to("meta"), targets.to("meta"), segments, optimizer_factory=optimizer_factory
     )
     return real, dry
 
@@ -117,11 +113,9 @@ def test_neta_dry_run_equals_the_real_step(checkpoint, reentrant, bn_fix):
         freeze_stats_during_recompute(model)
         freeze_stats_during_recompute(twin)
     inputs, targets = _batch((4, 3, 32, 32), 10)
-    real = measure_step(
-        model, inputs, targets, 0, adam_optimizer(model.parameters()), time_step=False
-    )
+    real = measure_step(model, inputs, targets, optimizer_factory=adam_optimizer, time_step=False)
     dry = measure_step(
-        twin, inputs.to("meta"), targets.to("meta"), 0, adam_optimizer(twin.parameters())
+        twin, inputs.to("meta"), targets.to("meta"), optimizer_factory=adam_optimizer
     )
     _assert_equal(real, dry, adam_counters=len(list(model.parameters())))
 
@@ -216,10 +210,9 @@ def test_sweep_and_batch_search_run_as_dry_runs():
     records = sweep_segments(model, inputs, targets, [0, 6], device="meta")
     assert all(r.seconds is None and r.time_ratio is None for r in records)
     assert records[1].peak_ratio < 1
-    plain = find_max_batch_size(NetA, (3, 224, 224), int(2.5 * 2**30), device="meta")
-    checkpointed = find_max_batch_size(
-        lambda: NetA(use_checkpoint=True), (3, 224, 224), int(2.5 * 2**30), device="meta"
-    )
+    card = dict(budget_bytes=int(2.5 * 2**30), device="meta", optimizer_factory=adam_optimizer)
+    plain = find_max_batch_size(NetA, (3, 224, 224), **card)
+    checkpointed = find_max_batch_size(lambda: NetA(use_checkpoint=True), (3, 224, 224), **card)
     assert plain.device == "meta" and 1 < plain.batch_size < checkpointed.batch_size
     fitting = [t for t in checkpointed.trials if t.fits]
     assert all(t.peak_bytes <= 2.5 * 2**30 for t in fitting)

@@ -21,6 +21,7 @@ import pytest
 import torch
 import torch.nn as nn
 
+from tutorial_utils.articles.experiments import adam_optimizer
 from tutorial_utils.articles.profiles import PROFILE_ENV
 from tutorial_utils.display.figure_check import CHECK_FIGURES_ENV
 from tutorial_utils.gpu_check import allocator, nccl, runner
@@ -73,7 +74,7 @@ from tutorial_utils.gpu_check.runner import Budget, Section, exit_status, run_se
 from tutorial_utils.measurement.batch_search import BatchTrial, MaxBatchResult
 from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step
 from tutorial_utils.measurement.gradients import compare_gradients
-from tutorial_utils.measurement.step import adam_optimizer, default_optimizer
+from tutorial_utils.measurement.step import default_optimizer
 from tutorial_utils.units import MiB
 
 ROOT = Path(__file__).resolve().parents[1]

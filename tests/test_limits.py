@@ -9,10 +9,11 @@ import pytest
 import torch
 import torch.nn as nn
 
+from tutorial_utils.articles.experiments import adam_optimizer
 from tutorial_utils.articles.models import NetA, neta_as_sequential, vgg16_classifier
 from tutorial_utils.checkpointing.selective import SelectiveCheckpoint
 from tutorial_utils.measurement.dry_run import build_on_meta, meta_copy
-from tutorial_utils.measurement.step import adam_optimizer, default_optimizer, measure_step
+from tutorial_utils.measurement.step import measure_step
 from tutorial_utils.planning.budget import plan_checkpoints
 from tutorial_utils.planning.limits import peak_floor
 from tutorial_utils.planning.planner import evaluate_plan
@@ -63,9 +64,7 @@ def test_no_strategy_goes_below_the_floor_for_vgg16_at_224_px(vgg_at_article_siz
     strategies = [*range(0, len(model) + 1, 3), plan, SelectiveCheckpoint(4)]
     peaks, optimizer_peaks = [], set()
     for segments in strategies:
-        report = measure_step(
-            model, inputs, targets, segments, default_optimizer(model.parameters())
-        )
+        report = measure_step(model, inputs, targets, segments)
         peaks.append(report.peak_bytes)
         optimizer_peaks.add(report.phase_peak_bytes["optimizer"])
     assert min(peaks) >= floor.floor_bytes
@@ -79,10 +78,9 @@ def test_planned_least_peak_beats_every_uniform_split_at_the_article_size(vgg_at
     model, (inputs, targets) = vgg_at_article_size
     plan = plan_checkpoints(model, inputs)
     assert plan.recompute_seconds is None and plan.recompute_flops > 0
-    planned = measure_step(model, inputs, targets, plan, default_optimizer(model.parameters()))
+    planned = measure_step(model, inputs, targets, plan)
     uniform = min(
-        measure_step(model, inputs, targets, k, default_optimizer(model.parameters())).peak_bytes
-        for k in range(2, len(model) + 1)
+        measure_step(model, inputs, targets, k).peak_bytes for k in range(2, len(model) + 1)
     )
     assert planned.peak_bytes < 0.9 * uniform
 
@@ -92,7 +90,7 @@ def test_neta_floor_at_224_px_holds_for_its_checkpointed_segments():
     inputs, targets = _meta_batch((31, 3, 224, 224))
     floor = peak_floor(model, inputs, targets, optimizer_factory=adam_optimizer)
     article = build_on_meta(lambda: NetA(use_checkpoint=True))
-    checkpointed = measure_step(article, inputs, targets, 0, adam_optimizer(article.parameters()))
+    checkpointed = measure_step(article, inputs, targets, optimizer_factory=adam_optimizer)
     assert checkpointed.peak_bytes >= floor.floor_bytes
     assert "BatchNorm2d" in floor.describe() or "ReLU" in floor.describe()
 
@@ -183,9 +181,7 @@ def test_exhaustive_search_never_goes_below_the_measured_floor(kind):
     peaks = []
     for strategy in strategies:
         try:
-            report = measure_step(
-                model, inputs, targets, strategy, default_optimizer(model.parameters())
-            )
+            report = measure_step(model, inputs, targets, strategy)
         except RuntimeError as error:  # a checkpoint whose input an in-place op then modifies
             assert "inplace" in str(error) or "mutated" in str(error)
             continue
@@ -209,7 +205,7 @@ def test_the_counterexample_is_a_counterexample_to_the_formula_not_to_the_floor(
     # measured: at MaxPool's backward, ReLU's output and the block's output gradient are gone; the
     # gradient between the two (small) and MaxPool's input gradient are there
     assert block.backward_peak_bytes == pool_input + indices + small + pool_input < formula
-    plain = measure_step(model, inputs, targets, 0, default_optimizer(model.parameters()))
+    plain = measure_step(model, inputs, targets)
     assert plain.peak_bytes >= floor.floor_bytes
 
 

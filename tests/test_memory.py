@@ -175,7 +175,7 @@ def test_checkpointed_neta_fits_a_larger_batch_under_one_budget():
     model = NetA(use_checkpoint=True)
     inputs, targets = torch.randn(max_batch, *shape), torch.randint(0, 10, (max_batch,))
     budget = measure_step(
-        model, inputs, targets, optimizer=plain_sgd(model.parameters()), time_step=False
+        model, inputs, targets, optimizer_factory=plain_sgd, time_step=False
     ).peak_bytes
     kwargs = dict(optimizer_factory=plain_sgd, max_batch=max_batch)
     plain = find_max_batch_size(lambda: NetA(use_checkpoint=False), shape, budget, **kwargs)
@@ -212,8 +212,8 @@ def test_nvml_and_cuda_readers_give_none_and_a_reason():
     figures = cuda_memory_figures()
     assert figures.peak_allocated is None and figures.reason
     report = measure_step(linear_chain(2), *chain_batch(batch=8))
-    assert report.cuda_peak_allocated is None and report.nvml_used_mib is None
-    assert report.cuda_reason and report.nvml_reason
+    assert report.cuda is None and report.nvml.used_mib is None
+    assert report.missing["cuda"] and report.nvml.reason
 
 
 def test_driver_version_comes_from_nvml_and_is_none_without_it(monkeypatch):

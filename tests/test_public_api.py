@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import inspect
+import typing
+from collections.abc import Iterator
 
 import pytest
 
@@ -19,7 +21,49 @@ def test_every_name_in_all_resolves_to_the_object_of_its_module() -> None:
 
 def test_the_return_types_and_the_strategy_protocol_are_public() -> None:
     wanted = {"StepReport", "Plan", "PeakFloor", "MaxBatchResult", "CheckpointStrategy", "Segments"}
-    assert wanted <= set(tutorial_utils.__all__)
+    parts = {"CudaReadings", "NvmlReading", "MpsReadings", "OptimizerFactory", "EqualSegments"}
+    assert wanted | parts | {"checkpointed_blocks"} <= set(tutorial_utils.__all__)
+
+
+def _package_classes(annotation: object) -> Iterator[type]:
+    """The package's classes named in an annotation, inside ``list[...]``, unions and the like."""
+    if isinstance(annotation, type) and annotation.__module__.startswith("tutorial_utils."):
+        yield annotation
+    for argument in typing.get_args(annotation):
+        yield from _package_classes(argument)
+
+
+def _public_callables() -> Iterator[tuple[str, object]]:
+    """Every exported function, and the public methods and properties of every exported class."""
+    for name in tutorial_utils.__all__:
+        value = getattr(tutorial_utils, name)
+        if inspect.isfunction(value):
+            yield name, value
+        elif inspect.isclass(value):
+            for member, function in inspect.getmembers(value, inspect.isfunction):
+                if not member.startswith("_"):
+                    yield f"{name}.{member}", function
+            for member, prop in inspect.getmembers(value, lambda m: isinstance(m, property)):
+                yield f"{name}.{member}", prop.fget
+
+
+def test_every_class_a_public_function_returns_is_exported() -> None:
+    exported = {getattr(tutorial_utils, name) for name in tutorial_utils.__all__}
+    missing = {
+        f"{where} -> {returned.__name__}"
+        for where, function in _public_callables()
+        for returned in _package_classes(typing.get_type_hints(function).get("return"))
+        if returned not in exported
+    }
+    assert not missing, f"add these return types to tutorial_utils._PUBLIC: {sorted(missing)}"
+
+
+def test_the_return_type_walk_sees_a_class_inside_a_container() -> None:
+    """The walk looks inside ``list[...]`` and unions: a class returned there counts too."""
+    hints = typing.get_type_hints(tutorial_utils.sweep_segments)
+    assert tutorial_utils.SweepRecord in set(_package_classes(hints["return"]))
+    plan = typing.get_type_hints(tutorial_utils.plan_checkpoints)["return"]
+    assert set(_package_classes(plan)) == {tutorial_utils.Plan, tutorial_utils.NestedPlan}
 
 
 def test_type_checking_block_imports_exactly_the_lazy_names_from_their_modules() -> None:

@@ -1,12 +1,15 @@
 """Gradient checkpointing, measured: the tools behind the tutorial's notebooks.
 
 The names below are the public API, the tools to take into your own training script (the
-README's "Use it on your own model" shows them at work), the types they return (``StepReport``,
-``MaxBatchResult``, ``Plan``, ``NestedPlan``, ``PeakFloor``) and what ``segments`` accepts
+README's "Use it on your own model" shows them at work), every type they return (``StepReport``
+with its device readings ``CudaReadings``, ``NvmlReading`` and ``MpsReadings``, ``SweepRecord``,
+``MaxBatchResult`` and its ``BatchTrial``, ``Plan``, ``NestedPlan``, ``PeakFloor``, ``History``;
+``tests/test_public_api.py`` fails on a returned class left out), the optimizer factory they all
+take (``OptimizerFactory``, default ``default_optimizer``) and what ``segments`` accepts
 (``Segments``: a count, ``EqualSegments``, or a ``CheckpointStrategy`` you implement;
-``checkpointed_blocks`` is the way in for a model that is not an ``nn.Sequential``). They are imported lazily, on first use,
-so ``python -m tutorial_utils --help`` answers before torch is loaded. The layers behind them
-are described in docs/ARCHITECTURE.md.
+``checkpointed_blocks`` is the way in for a model that is not an ``nn.Sequential``). They are
+imported lazily, on first use, so ``python -m tutorial_utils --help`` answers before torch is
+loaded. The layers behind them are described in docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations
@@ -25,12 +28,19 @@ if TYPE_CHECKING:  # what an IDE or a type checker sees; at run time the names l
     from tutorial_utils.checkpointing.segments import forward_segments as forward_segments
     from tutorial_utils.checkpointing.selective import OffloadedActivations as OffloadedActivations
     from tutorial_utils.checkpointing.selective import SelectiveCheckpoint as SelectiveCheckpoint
+    from tutorial_utils.measurement.batch_search import BatchTrial as BatchTrial
     from tutorial_utils.measurement.batch_search import MaxBatchResult as MaxBatchResult
     from tutorial_utils.measurement.batch_search import find_max_batch_size as find_max_batch_size
     from tutorial_utils.measurement.dry_run import build_on_meta as build_on_meta
     from tutorial_utils.measurement.dry_run import dry_run_step as dry_run_step
     from tutorial_utils.measurement.dry_run import meta_copy as meta_copy
+    from tutorial_utils.measurement.nvml import NvmlReading as NvmlReading
+    from tutorial_utils.measurement.step import CudaReadings as CudaReadings
+    from tutorial_utils.measurement.step import MpsReadings as MpsReadings
+    from tutorial_utils.measurement.step import OptimizerFactory as OptimizerFactory
     from tutorial_utils.measurement.step import StepReport as StepReport
+    from tutorial_utils.measurement.step import SweepRecord as SweepRecord
+    from tutorial_utils.measurement.step import default_optimizer as default_optimizer
     from tutorial_utils.measurement.step import measure_step as measure_step
     from tutorial_utils.measurement.step import sweep_segments as sweep_segments
     from tutorial_utils.measurement.tracker import TensorMemoryTracker as TensorMemoryTracker
@@ -39,6 +49,7 @@ if TYPE_CHECKING:  # what an IDE or a type checker sees; at run time the names l
     from tutorial_utils.planning.limits import peak_floor as peak_floor
     from tutorial_utils.planning.nested import NestedPlan as NestedPlan
     from tutorial_utils.planning.planner import Plan as Plan
+    from tutorial_utils.training.loop import History as History
     from tutorial_utils.training.loop import train_model as train_model
 
 _PUBLIC = {
@@ -54,9 +65,16 @@ _PUBLIC = {
     # measurement
     "TensorMemoryTracker": "tutorial_utils.measurement.tracker",
     "StepReport": "tutorial_utils.measurement.step",
+    "CudaReadings": "tutorial_utils.measurement.step",
+    "NvmlReading": "tutorial_utils.measurement.nvml",
+    "MpsReadings": "tutorial_utils.measurement.step",
+    "OptimizerFactory": "tutorial_utils.measurement.step",
+    "default_optimizer": "tutorial_utils.measurement.step",
     "measure_step": "tutorial_utils.measurement.step",
     "sweep_segments": "tutorial_utils.measurement.step",
+    "SweepRecord": "tutorial_utils.measurement.step",
     "MaxBatchResult": "tutorial_utils.measurement.batch_search",
+    "BatchTrial": "tutorial_utils.measurement.batch_search",
     "find_max_batch_size": "tutorial_utils.measurement.batch_search",
     "dry_run_step": "tutorial_utils.measurement.dry_run",
     "build_on_meta": "tutorial_utils.measurement.dry_run",
@@ -69,6 +87,7 @@ _PUBLIC = {
     "peak_floor": "tutorial_utils.planning.limits",
     # training
     "train_model": "tutorial_utils.training.loop",
+    "History": "tutorial_utils.training.loop",
 }
 
 __all__ = sorted(_PUBLIC)

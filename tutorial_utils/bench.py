@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from tutorial_utils.articles.experiments import adam_optimizer
 from tutorial_utils.articles.models import (
     NETA_SEGMENTS,
     NetA,
@@ -52,7 +53,6 @@ from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step
 from tutorial_utils.measurement.step import (
     DRY_RUN_LABEL,
     StepReport,
-    adam_optimizer,
     default_optimizer,
     measure_step,
     sweep_segments,
@@ -104,8 +104,10 @@ def _row(model: str, setting: str, record: StepReport) -> dict:
         "batch": record.batch_size,
         "tracked_peak_mib": record.peak_bytes / MiB,
         "activation_peak_mib": record.activation_peak_bytes / MiB,
-        "cuda_peak_allocated_mib": record.cuda_peak_allocated_mib,
-        "nvml_used_mib": record.nvml_used_mib,
+        "cuda_peak_allocated_mib": (
+            None if record.cuda is None else record.cuda.peak_allocated_bytes / MiB
+        ),
+        "nvml_used_mib": record.nvml.used_mib,
         "step_seconds": record.seconds,
         "step_gflop": None if record.flops is None else record.flops.total / 1e9,
         "source": record.source,
@@ -132,9 +134,11 @@ def _counted_gflop(report: StepReport) -> float:
     return report.flops.total / 1e9
 
 
-def _dry_run_gflop(model: torch.nn.Module, shape: Sequence[int], segments: Segments = 0) -> float:
+def _dry_run_gflop(
+    model: torch.nn.Module, input_shape: Sequence[int], segments: Segments = 0
+) -> float:
     """GFLOP of the same step as a dry run (a meta copy: the model is left alone)."""
-    return _counted_gflop(dry_run_step(model, shape, segments))
+    return _counted_gflop(dry_run_step(model, input_shape, segments))
 
 
 def run_bench(

@@ -100,10 +100,10 @@ def plot_breakdown(reports: Mapping[str, Any], *, subtitle: str | None = None) -
             va="bottom",
             fontsize=8,
         )
-        if getattr(report, "cuda_peak_allocated", None) is not None:
+        if report.cuda is not None:
             ax.plot(
                 position + 0.45,
-                report.cuda_peak_allocated / MiB,
+                report.cuda.peak_allocated_bytes / MiB,
                 "k<",
                 label=None if cuda_marked else "CUDA peak allocated",
             )
@@ -133,11 +133,7 @@ def plot_segment_sweep(
     segments = [r.segments for r in records]
     fig, (ax, act_ax) = _new_figure(ncols=2, width=11.5)
     ax.plot(segments, [r.peak_bytes / MiB for r in records], "o-", color="C0", label="tracked peak")
-    cuda = [
-        (r.segments, r.cuda_peak_allocated / MiB)
-        for r in records
-        if getattr(r, "cuda_peak_allocated", None) is not None
-    ]
+    cuda = [(r.segments, r.cuda.peak_allocated_bytes / MiB) for r in records if r.cuda is not None]
     if cuda:
         ax.plot(*zip(*cuda, strict=True), "^:", color="C2", label="CUDA peak allocated")
     ax.set_ylabel("peak memory (MiB)", color="C0")

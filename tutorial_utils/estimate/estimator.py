@@ -232,10 +232,9 @@ def train_step(
             model,
             inputs,
             targets,
-            0,
-            make_optimizer(workload, model),
-            loss_fn,
-            device,
+            optimizer_factory=lambda _: make_optimizer(workload, model),
+            loss_fn=loss_fn,
+            device=device,
             time_step=False,
             limit_bytes=limit_bytes,
             autocast=autocast,
@@ -490,7 +489,7 @@ def dry_run_and_real_step(
     """The same step as a dry run (storages in CUDA's 512-byte blocks, as the allocator counts;
     attention through the kernel ``device``'s GPU picks) and for real on ``device`` (random
     weights from the config; on CUDA the report carries ``torch.cuda.max_memory_allocated`` as
-    ``cuda_peak_allocated``)."""
+    ``cuda.peak_allocated_bytes``)."""
     from tutorial_utils.measurement.gpu_attention import device_rules, gpu_attention_rules
 
     with gpu_attention_rules(device_rules(torch.device(device))):  # the GPU's SDPA kernels

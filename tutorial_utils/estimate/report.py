@@ -126,12 +126,13 @@ def cuda_comparison(
     workload: Workload, strategy_name: str, dry: StepReport, real: StepReport
 ) -> str:
     """A real CUDA step's ``max_memory_allocated`` beside the dry run's peak, in MiB."""
-    if real.cuda_peak_allocated is None:
-        raise ValueError(f"the real step has no CUDA peak ({real.cuda_reason})")
-    gap = (real.cuda_peak_allocated - dry.peak_bytes) / dry.peak_bytes
+    if real.cuda is None:
+        raise ValueError(f"the real step has no CUDA peak ({real.missing['cuda']})")
+    peak_allocated_bytes = real.cuda.peak_allocated_bytes
+    gap = (peak_allocated_bytes - dry.peak_bytes) / dry.peak_bytes
     return (
         f"{strategy_name}, {workload.model}, batch {workload.batch} x {workload.size}, "
         f"{describe_precision(workload.precision)}: dry run {dry.peak_bytes / 2**20:,.1f} MiB, "
-        f"torch.cuda.max_memory_allocated {real.cuda_peak_allocated / 2**20:,.1f} MiB "
+        f"torch.cuda.max_memory_allocated {peak_allocated_bytes / 2**20:,.1f} MiB "
         f"(measured; {gap:+.2%})"
     )

@@ -105,8 +105,8 @@ def measured_counters(workload: Workload, strategy: str, device: torch.device) -
     free_bytes, total_bytes = torch.cuda.mem_get_info(device)
     outside = total_bytes - free_bytes - torch.cuda.memory_reserved(device)
     return {
-        "allocated": second.cuda_peak_allocated,
-        "reserved": second.cuda_peak_reserved,
+        "allocated": None if second.cuda is None else second.cuda.peak_allocated_bytes,
+        "reserved": None if second.cuda is None else second.cuda.peak_reserved_bytes,
         "outside_allocator": outside,
     }
 

@@ -10,12 +10,13 @@ from typing import TypedDict
 import torch
 import torch.nn as nn
 
+from tutorial_utils.articles.experiments import adam_optimizer
 from tutorial_utils.articles.models import NetA
 from tutorial_utils.articles.quoted import NETA_ARTICLE
 from tutorial_utils.gpu_check.report import MEASURED, Column, Outcome, Table
 from tutorial_utils.gpu_check.runner import Budget, Section, free_cuda_memory
 from tutorial_utils.measurement.batch_search import MaxBatchResult, find_max_batch_size
-from tutorial_utils.measurement.step import adam_optimizer, measure_step
+from tutorial_utils.measurement.step import measure_step
 from tutorial_utils.units import MiB
 
 # NetA at the second article's 224 px under its 2.5 GB card: the dry run puts the plain step at
@@ -56,8 +57,9 @@ def _warm_up(device: torch.device) -> None:
     process's life) exist before the baseline is read and are not mistaken for a leak."""
     inputs, targets = torch.randn(2, *SEARCH_SAMPLE), torch.randint(0, 10, (2,))
     model = _neta_plain()
-    optimizer = adam_optimizer(model.parameters())
-    measure_step(model, inputs, targets, 0, optimizer, device=device, time_step=False)
+    measure_step(
+        model, inputs, targets, optimizer_factory=adam_optimizer, device=device, time_step=False
+    )
 
 
 def first_out_of_memory(result: MaxBatchResult) -> FirstOverflow | None:
@@ -144,13 +146,23 @@ def batch_search_section(budget: Budget) -> Outcome:
     free_cuda_memory()
     before = torch.cuda.memory_allocated(device)
     capped = find_max_batch_size(
-        _neta_plain, SEARCH_SAMPLE, SEARCH_BUDGET_BYTES, device=device, mode="cuda"
+        _neta_plain,
+        SEARCH_SAMPLE,
+        SEARCH_BUDGET_BYTES,
+        device=device,
+        mode="cuda",
+        optimizer_factory=adam_optimizer,
     )
     free_cuda_memory()
     after = torch.cuda.memory_allocated(device)
     alive = torch.ones(4, device=device).add(1).sum().item() == 8.0
     tracked = find_max_batch_size(
-        _neta_plain, SEARCH_SAMPLE, SEARCH_BUDGET_BYTES, device=device, mode="tracked"
+        _neta_plain,
+        SEARCH_SAMPLE,
+        SEARCH_BUDGET_BYTES,
+        device=device,
+        mode="tracked",
+        optimizer_factory=adam_optimizer,
     )
     return batch_search_outcome(capped, tracked, before, after, alive)
 

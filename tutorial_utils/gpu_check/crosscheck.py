@@ -10,6 +10,7 @@ from typing import TypedDict
 import torch
 import torch.nn as nn
 
+from tutorial_utils.articles.experiments import adam_optimizer
 from tutorial_utils.articles.models import Layout, NetA, vgg16_classifier
 from tutorial_utils.display.tables import cell_text
 from tutorial_utils.gpu_check.report import (
@@ -25,7 +26,6 @@ from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step
 from tutorial_utils.measurement.step import (
     OptimizerFactory,
     StepReport,
-    adam_optimizer,
     default_optimizer,
     measure_step,
 )
@@ -114,28 +114,42 @@ def measure(step: CrossCheckStep, device: torch.device) -> StepReport:
     model = step.make_model().to(device)
     inputs = torch.randn(step.input_shape)
     targets = torch.randint(0, step.classes, (step.input_shape[0],))
-    optimizer = step.optimizer_factory(model.parameters())
-    return measure_step(model, inputs, targets, step.segments, optimizer, device=device, repeats=3)
+    return measure_step(
+        model,
+        inputs,
+        targets,
+        step.segments,
+        optimizer_factory=step.optimizer_factory,
+        device=device,
+        repeats=3,
+    )
 
 
 def measured_row(dry_row: DryRunRow, report: StepReport) -> CrossCheckRow:
     """A dry-run row completed with the real step's figures and both relative errors."""
-    cuda_before = report.cuda_allocated_before
+    cuda_before = None if report.cuda is None else report.cuda.allocated_before_bytes
     return {
         **dry_row,
         "tracked_peak_mib": report.peak_mib,
-        "cuda_peak_allocated_mib": report.cuda_peak_allocated_mib,
-        "cuda_peak_reserved_mib": report.cuda_peak_reserved_mib,
-        "nvml_used_mib": report.nvml_used_mib,
-        "tracker_error": report.tracker_error,
+        "cuda_peak_allocated_mib": (
+            None if report.cuda is None else report.cuda.peak_allocated_bytes / MiB
+        ),
+        "cuda_peak_reserved_mib": (
+            None if report.cuda is None else report.cuda.peak_reserved_bytes / MiB
+        ),
+        "nvml_used_mib": report.nvml.used_mib,
+        "tracker_error": relative_error(
+            report.peak_bytes, None if report.cuda is None else report.cuda.peak_allocated_bytes
+        ),
         "dry_run_error": relative_error(
-            dry_row["dry_run_peak_mib"], report.cuda_peak_allocated_mib
+            dry_row["dry_run_peak_mib"],
+            (None if report.cuda is None else report.cuda.peak_allocated_bytes / MiB),
         ),
         "tracked_baseline_mib": report.baseline_bytes / MiB,
         "cuda_allocated_before_mib": None if cuda_before is None else cuda_before / MiB,
         "step_seconds": report.seconds,
         "breakdown_mib": report.breakdown_mib,
-        "activation_peak_mib": report.activation_peak_mib,
+        "activation_peak_mib": (report.activation_peak_bytes / MiB),
         "device": report.device,
     }
 

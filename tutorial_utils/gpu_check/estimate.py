@@ -60,7 +60,7 @@ def estimate_rows(device: torch.device, checks: tuple = ESTIMATE_CHECKS) -> list
     for model, batch, size, precision, lora, strategy in checks:
         workload = Workload(model, batch=batch, size=size, precision=precision, lora_rank=lora)
         dry, real = dry_run_and_real_step(workload, parse_strategy(strategy), str(device))
-        cuda = real.cuda_peak_allocated
+        cuda = None if real.cuda is None else real.cuda.peak_allocated_bytes
         rows.append(
             {
                 "model": model,

@@ -12,7 +12,8 @@ from tutorial_utils.checkpointing.selective import OffloadedActivations
 from tutorial_utils.gpu_check.report import MEASURED, Column, Outcome, Table
 from tutorial_utils.gpu_check.runner import Budget, Section, free_cuda_memory
 from tutorial_utils.measurement.gradients import compare_gradients, parameter_gradients
-from tutorial_utils.measurement.step import default_optimizer, measure_step
+from tutorial_utils.measurement.step import measure_step
+from tutorial_utils.units import MiB
 
 
 class OffloadRow(TypedDict):
@@ -73,17 +74,17 @@ def offloading_section(budget: Budget) -> Outcome:
     targets = torch.randint(0, 2, (OFFLOAD_SHAPE[0],), generator=generator)
     rows: list[OffloadRow] = []
     for label, segments in (("plain", 0), (str(OffloadedActivations()), OffloadedActivations())):
-        optimizer = default_optimizer(model.parameters())
-        report = measure_step(model, inputs, targets, segments, optimizer, device=device, repeats=3)
+        report = measure_step(model, inputs, targets, segments, device=device, repeats=3)
         rows.append(
             {
                 "step": label,
                 "tracked_peak_mib": report.peak_mib,
-                "cuda_peak_allocated_mib": report.cuda_peak_allocated_mib,
+                "cuda_peak_allocated_mib": (
+                    None if report.cuda is None else report.cuda.peak_allocated_bytes / MiB
+                ),
                 "step_seconds": report.seconds,
             }
         )
-        del optimizer
         free_cuda_memory()
     inputs = inputs.to(device)
     with torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=True):

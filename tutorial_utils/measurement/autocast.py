@@ -354,7 +354,25 @@ def forward_autocast(
         return contextlib.nullcontext()
     if device.type == "meta":
         return autocast.enabled()
-    return torch.autocast(device_type=device.type, dtype=autocast.dtype)
+    return _real_autocast(device.type, autocast.dtype)
+
+
+@contextlib.contextmanager
+def _real_autocast(device_type: str, dtype: torch.dtype) -> Iterator[None]:
+    """``torch.autocast``, its cast cache emptied on the way out even when it is nested in the
+    caller's own autocast (where leaving it would keep the low-precision weights cached)."""
+    with torch.autocast(device_type=device_type, dtype=dtype):
+        yield
+    torch.clear_autocast_cache()
+
+
+def outside_autocast(device: torch.device) -> contextlib.AbstractContextManager:
+    """The caller's ``torch.autocast`` switched off for a whole step on a real device, so that
+    backward and the optimizer step run outside it and only ``forward_autocast`` casts, as in an
+    AMP training loop (meta tensors ignore it anyway)."""
+    if device.type == "meta" or not torch.is_autocast_enabled(device.type):
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, enabled=False)
 
 
 def step_kernels(
@@ -364,3 +382,15 @@ def step_kernels(
     if autocast is None or device.type != "meta":
         return contextlib.nullcontext()
     return autocast.kernels()
+
+
+def ambient_autocast(device: torch.device | None = None) -> EmulatedAutocast | None:
+    """The ``torch.autocast`` active in this thread as an ``EmulatedAutocast``, or None: for a dry
+    run (``device`` meta or None) any device type's, CUDA's before the CPU's; for a step on a real
+    device, that device type's."""
+    for device_type, policy in POLICIES.items():
+        if device is not None and device.type not in ("meta", device_type):
+            continue
+        if torch.is_autocast_enabled(device_type):
+            return EmulatedAutocast(torch.get_autocast_dtype(device_type), policy)
+    return None

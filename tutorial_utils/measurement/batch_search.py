@@ -16,10 +16,11 @@ import torch
 import torch.nn as nn
 
 from tutorial_utils.checkpointing.segments import Segments
+from tutorial_utils.measurement.autocast import EmulatedAutocast
 from tutorial_utils.measurement.devices import default_device
 from tutorial_utils.measurement.dry_run import build_on_meta
 from tutorial_utils.measurement.nvml import cuda_unavailable_reason
-from tutorial_utils.measurement.step import OptimizerFactory, adam_optimizer, measure_step
+from tutorial_utils.measurement.step import OptimizerFactory, measure_step
 from tutorial_utils.measurement.tracker import MemoryLimitExceeded
 from tutorial_utils.units import MiB
 
@@ -62,7 +63,8 @@ def _validate_search(
         raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
     if len(sample_shape) == 0 or any(int(side) <= 0 for side in sample_shape):
         raise ValueError(
-            f"sample_shape must be non-empty and positive, e.g. (3, 32, 32); got {sample_shape}"
+            "sample_shape is one sample's shape, without the batch (the search chooses it), "
+            f"non-empty and positive, e.g. (3, 32, 32); got {sample_shape}"
         )
     if mode not in get_args(SearchMode):
         raise ValueError(f"mode must be 'tracked' or 'cuda', got {mode!r}")
@@ -131,11 +133,14 @@ def find_max_batch_size(
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     optimizer_factory: OptimizerFactory | None = None,
     round_to_blocks: bool = False,
+    autocast: EmulatedAutocast | None = None,
 ) -> MaxBatchResult:
     """The largest batch whose training step fits ``budget_bytes``: the second article's experiment.
 
-    Every trial builds a fresh model with ``make_model()`` and an optimizer (default Adam, lr 1e-3,
-    as in the second article) and runs ``measure_step`` on random inputs of ``sample_shape``.
+    Every trial builds a fresh model with ``make_model()`` and an optimizer (default SGD, lr 1e-3,
+    momentum 0.9, as everywhere; the second article's search passes
+    ``articles.experiments.adam_optimizer``) and runs ``measure_step`` on random inputs of
+    ``sample_shape``: one sample's shape, without the batch dimension the search chooses.
     ``mode="tracked"`` compares the tracked peak (parameters, gradients, optimizer state and
     activations) with the budget, on any device, stopping a trial as soon as it goes over (so real
     memory stays near the budget, and failing trials are cheap). ``mode="cuda"`` emulates a small card: it runs for
@@ -144,7 +149,8 @@ def find_max_batch_size(
     afterwards. The limit covers everything the process has allocated, other live tensors included.
     ``device="meta"`` makes every trial a dry run (model and batch built on the meta device): the
     tracked search at any size in well under a second per trial, on any machine. A budget that
-    not even one sample fits is a ``ValueError`` saying so.
+    not even one sample fits is a ``ValueError`` saying so. ``autocast`` as in ``measure_step``
+    (a dry run inside ``torch.autocast`` follows it).
     """
     _validate_search(sample_shape, budget_bytes, mode, max_batch)
     device = torch.device(device) if device is not None else default_device()
@@ -155,7 +161,6 @@ def find_max_batch_size(
                 f"mode='cuda' needs a CUDA device ({reason or f'device is {device}'}); "
                 "use mode='tracked' on this machine"
             )
-    factory = optimizer_factory if optimizer_factory is not None else adam_optimizer
     generator = torch.Generator().manual_seed(0)
     trials: list[BatchTrial] = []
 
@@ -169,21 +174,22 @@ def find_max_batch_size(
             model = make_model().to(device)
             inputs = torch.randn(batch_size, *sample_shape, generator=generator)
             targets = torch.randint(0, num_classes, (batch_size,), generator=generator)
-        optimizer = factory(model.parameters())
-        limit = budget_bytes if mode == "tracked" else None
         report = measure_step(
             model,
             inputs,
             targets,
             segments,
-            optimizer,
-            loss_fn,
-            device,
+            optimizer_factory=optimizer_factory,
+            loss_fn=loss_fn,
+            device=device,
             time_step=False,
-            limit_bytes=limit,
+            limit_bytes=budget_bytes if mode == "tracked" else None,
             round_to_blocks=round_to_blocks,
+            autocast=autocast,
         )
-        return report.cuda_peak_allocated if mode == "cuda" else report.peak_bytes
+        if mode == "cuda":
+            return None if report.cuda is None else report.cuda.peak_allocated_bytes
+        return report.peak_bytes
 
     def try_batch(batch_size: int) -> bool:
         if mode == "tracked":

@@ -16,11 +16,10 @@ import torch
 import torch.nn as nn
 
 from tutorial_utils.checkpointing.segments import Segments
-from tutorial_utils.measurement.autocast import POLICIES, EmulatedAutocast
+from tutorial_utils.measurement.autocast import EmulatedAutocast
 from tutorial_utils.measurement.step import (
     OptimizerFactory,
     StepReport,
-    default_optimizer,
     measure_step,
     next_token_loss,
 )
@@ -103,7 +102,8 @@ def dry_run_step(
 
     ``autocast`` runs the forward and the loss under emulated mixed precision. Left out, an active
     ``torch.autocast("cuda" | "cpu")`` around the call is followed (meta tensors would otherwise
-    ignore it and the dry run would silently read the float32 step).
+    ignore it and the dry run would silently read the float32 step: ``measure_step`` on meta
+    reads it, ``autocast.ambient_autocast``).
     """
     if len(input_shape) < 2 or any(int(side) <= 0 for side in input_shape):
         raise ValueError(f"input_shape must be (batch, ...) with positive sides, got {input_shape}")
@@ -118,27 +118,15 @@ def dry_run_step(
     else:
         inputs = torch.empty(shape, device="meta")
         targets = torch.empty(batch, dtype=torch.long, device="meta")
-    factory = optimizer_factory if optimizer_factory is not None else default_optimizer
-    if autocast is None:
-        autocast = ambient_autocast()
     return measure_step(
         run,
         inputs,
         targets,
         segments,
-        factory(run.parameters()),
-        loss_fn,
-        "meta",
+        optimizer_factory=optimizer_factory,
+        loss_fn=loss_fn,
+        device="meta",
         round_to_blocks=round_to_blocks,
         record_timeline=record_timeline,
         autocast=autocast,
     )
-
-
-def ambient_autocast() -> EmulatedAutocast | None:
-    """The emulation of the ``torch.autocast`` active in this thread, CUDA's before the CPU's, or
-    None: what a dry run inside ``with torch.autocast(...)`` should do on meta."""
-    for device_type, policy in POLICIES.items():
-        if torch.is_autocast_enabled(device_type):
-            return EmulatedAutocast(torch.get_autocast_dtype(device_type), policy)
-    return None

@@ -16,15 +16,21 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import torch
 import torch.nn as nn
 
 from tutorial_utils.checkpointing.segments import Segments, forward_segments
 from tutorial_utils.measurement.allocator import AllocationLog
-from tutorial_utils.measurement.autocast import EmulatedAutocast, forward_autocast, step_kernels
+from tutorial_utils.measurement.autocast import (
+    EmulatedAutocast,
+    ambient_autocast,
+    forward_autocast,
+    outside_autocast,
+    step_kernels,
+)
 from tutorial_utils.measurement.devices import synchronize
 from tutorial_utils.measurement.flops import StepFlopCounter, StepFlops
 from tutorial_utils.measurement.meta_attention import dry_run_context
@@ -46,43 +52,61 @@ from tutorial_utils.measurement.tracker import (
 from tutorial_utils.units import MiB
 
 DRY_RUN_LABEL = "dry run (meta device): exact tensor bytes, no time"
+DeviceReadings = Literal["cuda", "mps"]  # the optional parts of a StepReport, in ``missing``
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 
 
-def _mib(value: float | None) -> float | None:
-    return None if value is None else value / MiB
+@dataclass(frozen=True)
+class CudaReadings:
+    """The CUDA caching allocator's counters around the tracked step (bytes)."""
+
+    peak_allocated_bytes: int  # torch.cuda.max_memory_allocated over the step
+    peak_reserved_bytes: int  # torch.cuda.max_memory_reserved over the step
+    allocated_before_bytes: int  # torch.cuda.memory_allocated before the step
+
+
+@dataclass(frozen=True)
+class MpsReadings:
+    """Apple's GPU after the step (torch.mps keeps no peaks), in bytes."""
+
+    allocated_bytes: int  # torch.mps.current_allocated_memory(): live tensors
+    driver_allocated_bytes: int  # torch.mps.driver_allocated_memory(): what Metal holds
+
+    def describe(self, tracked_peak_bytes: int) -> str:
+        """The two readings, labelled as MPS readings, beside the tracked peak."""
+        return (
+            f"{MPS_LABEL}: {self.allocated_bytes / MiB:,.1f} MiB in tensors, "
+            f"{self.driver_allocated_bytes / MiB:,.1f} MiB held by the Metal driver "
+            f"(tracked peak {tracked_peak_bytes / MiB:,.1f} MiB)"
+        )
 
 
 @dataclass
 class StepReport:
-    """One training step's memory and time. Bytes unless the name says MiB; None where absent."""
+    """One training step's tracked memory and time; the device's own readings beside them.
+
+    Bytes unless the name says otherwise; None where absent (``missing`` says why for the
+    CUDA and MPS readings, ``nvml.reason`` for NVML)."""
 
     peak_bytes: int  # tracked peak of live tensor bytes, baseline included
     breakdown: dict[str, int]  # the tracked peak split by CATEGORIES
     activation_peak_bytes: int  # most activations/other bytes alive at any moment of the step
+    baseline_bytes: int  # tracked bytes alive before the step (parameters, optimizer state, inputs)
     seconds: float | None  # fastest wall time of an untracked step (None when not timed)
-    cuda_peak_allocated: int | None
-    cuda_peak_reserved: int | None
-    nvml_used_mib: float | None
     segments: Segments  # as passed to forward_segments: a count, or a strategy
     batch_size: int
     device: str
-    baseline_bytes: int = (
-        0  # tracked bytes alive before the step (parameters, optimizer state, inputs)
-    )
-    cuda_allocated_before: int | None = None  # CUDA allocated bytes before the step
-    cuda_reason: str | None = None  # why the CUDA figures are None
-    nvml_reason: str | None = None  # why nvml_used_mib is None
+    timing: Timing | None = None  # every timed repeat, for the spread beside ``seconds``
     flops: StepFlops | None = None  # counted in dry runs (or with count_flops=True)
     phase_peak_bytes: dict[str, int] | None = None  # tracked peak within each phase
     rounded_to_blocks: bool = False  # every storage counted in 512-byte CUDA blocks
     timeline: list[TimelineEvent] | None = None  # op by op, with record_timeline=True
     category_timeline: list[dict[str, int]] | None = None  # bytes per category, op by op
-    timing: Timing | None = None  # every timed repeat, for the spread beside ``seconds``
-    mps_allocated: int | None = None  # torch.mps.current_allocated_memory() after the step
-    mps_driver_allocated: int | None = None  # torch.mps.driver_allocated_memory() after the step
-    mps_reason: str | None = None  # why the MPS readings are None
     allocations: AllocationLog | None = None  # allocations and frees in order, when recorded
+    cuda: CudaReadings | None = None  # on CUDA
+    nvml: NvmlReading = NvmlReading(None, "not read")  # on CUDA, where NVML answers
+    mps: MpsReadings | None = None  # on Apple's GPU
+    missing: dict[DeviceReadings, str] = field(default_factory=dict)  # why that part is None
 
     @property
     def dry_run(self) -> bool:
@@ -101,48 +125,13 @@ class StepReport:
         return self.peak_bytes / MiB
 
     @property
-    def activation_peak_mib(self) -> float:
-        return self.activation_peak_bytes / MiB
-
-    @property
     def breakdown_mib(self) -> dict[str, float]:
         return {name: value / MiB for name, value in self.breakdown.items()}
-
-    @property
-    def cuda_peak_allocated_mib(self) -> float | None:
-        return _mib(self.cuda_peak_allocated)
-
-    @property
-    def cuda_peak_reserved_mib(self) -> float | None:
-        return _mib(self.cuda_peak_reserved)
-
-    @property
-    def mps_readings(self) -> str | None:
-        """Apple's GPU readings, labelled as such, to show beside the tracked peak; None off mps."""
-        if self.mps_allocated is None or self.mps_driver_allocated is None:
-            return None
-        return (
-            f"{MPS_LABEL}: {self.mps_allocated / MiB:,.1f} MiB in tensors, "
-            f"{self.mps_driver_allocated / MiB:,.1f} MiB held by the Metal driver "
-            f"(tracked peak {self.peak_mib:,.1f} MiB)"
-        )
-
-    @property
-    def tracker_error(self) -> float | None:
-        """(tracked peak - CUDA peak allocated) / CUDA peak allocated, on CUDA."""
-        if not self.cuda_peak_allocated:
-            return None
-        return (self.peak_bytes - self.cuda_peak_allocated) / self.cuda_peak_allocated
 
 
 def default_optimizer(parameters: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
     """The first article's optimizer: SGD, lr 1e-3, momentum 0.9."""
     return torch.optim.SGD(parameters, lr=1e-3, momentum=0.9)
-
-
-def adam_optimizer(parameters: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
-    """The second article's optimizer: Adam, lr 1e-3."""
-    return torch.optim.Adam(parameters, lr=1e-3)
 
 
 def next_token_loss(outputs: Any, token_ids: torch.Tensor) -> torch.Tensor:
@@ -213,9 +202,13 @@ def _forward_backward_step(
     """Forward, loss, backward, optimizer step; gradients are expected to be None on entry.
 
     On the meta device attention takes the kernel a CPU step would (``dry_run_context``). With
-    ``autocast`` the forward and the loss run under it, as in an AMP training loop."""
+    ``autocast`` the forward and the loss run under it, as in an AMP training loop; a caller's own
+    ``torch.autocast`` is off for the rest (``outside_autocast``)."""
     on_meta = inputs.device.type == "meta"
-    with dry_run_context() if on_meta else contextlib.nullcontext():
+    with (
+        dry_run_context() if on_meta else contextlib.nullcontext(),
+        outside_autocast(inputs.device),
+    ):
         with step_phase("forward"), forward_autocast(inputs.device, autocast):
             outputs = _forward(model, inputs, segments)
             loss = loss_fn(outputs, targets)
@@ -231,15 +224,106 @@ def _untracked_step(model, inputs, targets, segments, optimizer, loss_fn, autoca
     _forward_backward_step(model, inputs, targets, segments, optimizer, loss_fn, autocast)
 
 
+def _on_device(
+    model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model moved to ``device`` in training mode (in place), and the batch moved there."""
+    model.to(device).train()
+    return inputs.to(device), targets.to(device)
+
+
+def _optimizer(factory: OptimizerFactory | None, model: nn.Module) -> torch.optim.Optimizer:
+    """``factory`` (default: the first article's SGD) over the model's parameters."""
+    if isinstance(factory, torch.optim.Optimizer):
+        raise TypeError(
+            "optimizer_factory takes a function of the parameters, not an optimizer: pass e.g. "
+            "optimizer_factory=lambda params: torch.optim.AdamW(params, lr=1e-4)"
+        )
+    return (factory if factory is not None else default_optimizer)(model.parameters())
+
+
+def _state_and_time(
+    step: Callable[[], None],
+    optimizer: torch.optim.Optimizer,
+    device: torch.device,
+    repeats: int | None,
+) -> tuple[float | None, Timing | None]:
+    """The optimizer's lazily created state, made by one warm-up step before ``repeats`` timed
+    steps (the fastest and all of them), or without timing (``repeats`` None) by a step on zero
+    gradients (``prime_optimizer_state``)."""
+    if repeats is None:
+        prime_optimizer_state(optimizer)
+        return None, None
+    step()
+    timing = time_repeats(step, repeats, functools.partial(synchronize, device))
+    return timing.fastest, timing
+
+
+def _reset_cuda_peaks(device: torch.device) -> int | None:
+    """Reset CUDA's peak counters before the tracked step; the bytes allocated then (CUDA only)."""
+    if device.type != "cuda":
+        return None
+    synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    return torch.cuda.memory_allocated(device)
+
+
+def _tracked(
+    step: Callable[[], None],
+    tracker: TensorMemoryTracker,
+    optimizer: torch.optim.Optimizer,
+    device: torch.device,
+    autocast: EmulatedAutocast | None,
+    count_flops: bool,
+) -> StepFlops | None:
+    """``step`` under the tracker (and the FLOP counter); gradients None again if it stops."""
+    counter = StepFlopCounter() if count_flops else None
+    try:
+        with step_kernels(device, autocast), tracker:
+            with counter if counter is not None else contextlib.nullcontext():
+                step()
+    except MemoryLimitExceeded:
+        optimizer.zero_grad(set_to_none=True)
+        raise
+    synchronize(device)
+    return None if counter is None else counter.result()
+
+
+def _device_readings(
+    device: torch.device, allocated_before: int | None
+) -> tuple[CudaReadings | None, NvmlReading, MpsReadings | None, dict[DeviceReadings, str]]:
+    """What the device itself says after the step: CUDA's peaks, NVML, torch.mps; None elsewhere,
+    and why, by part."""
+    figures, mps = cuda_memory_figures(device), mps_memory_figures(device)
+    missing: dict[DeviceReadings, str] = {}
+    if figures.reason is not None:
+        missing["cuda"] = figures.reason
+    if mps.reason is not None:
+        missing["mps"] = mps.reason
+    cuda = None
+    if figures.peak_allocated is not None and figures.peak_reserved is not None:
+        assert allocated_before is not None, "the peaks were reset on this CUDA device"
+        cuda = CudaReadings(figures.peak_allocated, figures.peak_reserved, allocated_before)
+    nvml = (
+        nvml_used_mib(nvml_index(device))
+        if device.type == "cuda"
+        else NvmlReading(None, f"device {device} is not a CUDA device")
+    )
+    readings = None
+    if mps.allocated is not None and mps.driver_allocated is not None:
+        readings = MpsReadings(mps.allocated, mps.driver_allocated)
+    return cuda, nvml, readings, missing
+
+
 def measure_step(
     model: nn.Module,
     inputs: torch.Tensor,
     targets: torch.Tensor,
     segments: Segments = 0,
-    optimizer: torch.optim.Optimizer | None = None,
+    *,
+    optimizer_factory: OptimizerFactory | None = None,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     device: torch.device | str | None = None,
-    *,
     repeats: int = 1,
     time_step: bool = True,
     limit_bytes: int | None = None,
@@ -255,55 +339,47 @@ def measure_step(
     is created lazily on the first step (SGD momentum, Adam moments) must exist before it. With
     ``time_step`` one untracked warm-up step creates it (and warms caches), then ``repeats`` steps
     are timed without the tracker (whose dispatch overhead would distort the time; the fastest is
-    reported, as ``timeit`` does: slower repeats measure interference from other work). Without ``time_step`` the state is created more cheaply by an optimizer step on
-    zero gradients, which leaves SGD/Adam weights unchanged. Then one step runs under the tracker
-    (and with the CUDA peak counters reset). Before each step the gradients are set to None, as
-    ``zero_grad()`` does in the articles' loop, so they are allocated during backward; they are
-    set to None again at the end to give their memory back. The model's weights do change: it is
-    trained for real. With ``limit_bytes`` the tracked step stops with ``MemoryLimitExceeded`` as
-    soon as its live tensors exceed it.
+    reported, as ``timeit`` does: slower repeats measure interference from other work). Without
+    ``time_step`` the state is created more cheaply by an optimizer step on zero gradients, which
+    leaves SGD/Adam weights unchanged. Then one step runs under the tracker (and with the CUDA
+    peak counters reset). Before each step the gradients are set to None, as ``zero_grad()`` does
+    in the articles' loop, so they are allocated during backward; they are set to None again at
+    the end to give their memory back. The model's weights do change: it is trained for real, by
+    ``optimizer_factory(model.parameters())``. With ``limit_bytes`` the tracked step stops with
+    ``MemoryLimitExceeded`` as soon as its live tensors exceed it.
 
     ``segments`` goes to ``forward_segments`` for an ``nn.Sequential``; other modules (NetA)
-    checkpoint themselves and need ``segments=0``. Defaults: SGD lr 1e-3 momentum 0.9 and
-    cross-entropy, as in the first article.
+    checkpoint themselves and need ``segments=0``. Defaults: SGD lr 1e-3 momentum 0.9
+    (``default_optimizer``) and cross-entropy, as in the first article.
 
     On the meta device the step is a dry run: nothing is timed (``seconds`` is None) and the
     FLOPs of each phase are counted instead (``count_flops`` defaults to True there only), and
     attention runs the kernel a CPU step would (``meta_attention.dry_run_context``).
     ``round_to_blocks`` counts storages in CUDA's 512-byte blocks; ``record_timeline`` keeps the
     op-by-op timeline with bytes per category; ``record_allocations`` the allocation events a
-    CUDA caching allocator would see (``measurement.allocator.replay``). ``autocast`` runs the forward and the loss under
-    mixed precision: the real ``torch.autocast`` on a device, its emulation on meta
-    (``measurement.autocast``).
+    CUDA caching allocator would see (``measurement.allocator.replay``). ``autocast`` runs the
+    forward and the loss under mixed precision: the real ``torch.autocast`` on a device, its
+    emulation on meta (``measurement.autocast``); left out on meta, an active
+    ``torch.autocast`` around the call is emulated (meta tensors would ignore it).
     """
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
     _check_segments(model, segments)
     device = _step_device(model, inputs, device)
     dry_run = device.type == "meta"
-    count_flops = dry_run if count_flops is None else count_flops
-    model.to(device).train()
-    inputs, targets = inputs.to(device), targets.to(device)
-    optimizer = optimizer if optimizer is not None else default_optimizer(model.parameters())
+    inputs, targets = _on_device(model, inputs, targets, device)
+    optimizer = _optimizer(optimizer_factory, model)
     loss_fn = loss_fn if loss_fn is not None else nn.CrossEntropyLoss()
-
-    step = functools.partial(
-        _untracked_step, model, inputs, targets, segments, optimizer, loss_fn, autocast
+    autocast = ambient_autocast(device) if autocast is None else autocast
+    parts = (model, inputs, targets, segments, optimizer, loss_fn, autocast)
+    seconds, timing = _state_and_time(  # a dry run has no time to measure
+        functools.partial(_untracked_step, *parts),
+        optimizer,
+        device,
+        repeats if time_step and not dry_run else None,
     )
-    seconds, timing = None, None
-    if not time_step or dry_run:  # a dry run has no time to measure
-        prime_optimizer_state(optimizer)
-    else:
-        step()
-        timing = time_repeats(step, repeats, functools.partial(synchronize, device))
-        seconds = timing.fastest
-
     optimizer.zero_grad(set_to_none=True)
-    cuda_before = None
-    if device.type == "cuda":
-        synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        cuda_before = torch.cuda.memory_allocated(device)
+    allocated_before = _reset_cuda_peaks(device)
     tracker = TensorMemoryTracker(
         model,
         optimizer,
@@ -314,50 +390,31 @@ def measure_step(
         record_timeline=record_timeline,
         record_allocations=record_allocations,
     )
-    counter = StepFlopCounter() if count_flops else None
-    try:
-        with step_kernels(device, autocast), tracker:
-            with counter if counter is not None else contextlib.nullcontext():
-                _forward_backward_step(
-                    model, inputs, targets, segments, optimizer, loss_fn, autocast
-                )
-    except MemoryLimitExceeded:
-        optimizer.zero_grad(set_to_none=True)
-        raise
-    synchronize(device)
-    figures = cuda_memory_figures(device)
-    mps = mps_memory_figures(device)
-    nvml = (
-        nvml_used_mib(nvml_index(device))
-        if device.type == "cuda"
-        else NvmlReading(None, f"device {device} is not a CUDA device")
-    )
+    step = functools.partial(_forward_backward_step, *parts)
+    count_flops = dry_run if count_flops is None else count_flops
+    flops = _tracked(step, tracker, optimizer, device, autocast, count_flops)
+    cuda, nvml, mps, missing = _device_readings(device, allocated_before)
     optimizer.zero_grad(set_to_none=True)
     return StepReport(
         peak_bytes=tracker.peak_bytes,
         breakdown=dict(tracker.breakdown_at_peak),
         activation_peak_bytes=tracker.activation_peak_bytes,
+        baseline_bytes=tracker.baseline_bytes,
         seconds=seconds,
-        timing=timing,
-        cuda_peak_allocated=figures.peak_allocated,
-        cuda_peak_reserved=figures.peak_reserved,
-        nvml_used_mib=nvml.used_mib,
         segments=segments,
         batch_size=len(inputs),
         device=str(device),
-        baseline_bytes=tracker.baseline_bytes,
-        cuda_allocated_before=cuda_before,
-        cuda_reason=figures.reason,
-        nvml_reason=nvml.reason,
-        flops=None if counter is None else counter.result(),
+        timing=timing,
+        flops=flops,
         phase_peak_bytes=dict(tracker.phase_peak_bytes),
         rounded_to_blocks=round_to_blocks,
         timeline=list(tracker.timeline) if record_timeline else None,
         category_timeline=list(tracker.category_timeline) if record_timeline else None,
-        mps_allocated=mps.allocated,
-        mps_driver_allocated=mps.driver_allocated,
-        mps_reason=mps.reason,
         allocations=tracker.allocations,
+        cuda=cuda,
+        nvml=nvml,
+        mps=mps,
+        missing=missing,
     )
 
 
@@ -396,6 +453,11 @@ def _time_counts_in_turns(
         )
         steps[index]()  # warm-up: creates the optimizer's state
     return time_interleaved(steps, repeats, functools.partial(synchronize, device))
+
+
+def _reuse(optimizer: torch.optim.Optimizer) -> OptimizerFactory:
+    """A factory that hands back ``optimizer`` (made, and warmed up, for these parameters)."""
+    return lambda _parameters: optimizer
 
 
 def sweep_segments(
@@ -439,9 +501,9 @@ def sweep_segments(
             inputs,
             targets,
             segments,
-            optimizer,
-            loss_fn,
-            device,
+            optimizer_factory=_reuse(optimizer),  # its state made in the warm-up
+            loss_fn=loss_fn,
+            device=device,
             time_step=False,
             round_to_blocks=round_to_blocks,
         )

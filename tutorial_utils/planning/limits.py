@@ -31,8 +31,14 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+from tutorial_utils.measurement.autocast import (
+    EmulatedAutocast,
+    ambient_autocast,
+    forward_autocast,
+    step_kernels,
+)
 from tutorial_utils.measurement.dry_run import on_meta
-from tutorial_utils.measurement.step import OptimizerFactory, default_optimizer, measure_step
+from tutorial_utils.measurement.step import OptimizerFactory, measure_step
 from tutorial_utils.measurement.tracker import TensorMemoryTracker
 from tutorial_utils.units import MiB
 
@@ -124,29 +130,40 @@ class _FreshOutputGradient(torch.autograd.Function):
         return torch.empty(shape, dtype=dtype, device=device)
 
 
-def _input_specs(model: nn.Sequential, sample: torch.Tensor) -> list[tuple]:
+_META = torch.device("meta")
+
+
+def _input_specs(
+    model: nn.Sequential, sample: torch.Tensor, autocast: EmulatedAutocast | None
+) -> list[tuple]:
     """(shape, dtype, requires_grad) of each module's input in a training forward on meta."""
     specs, x = [], sample
-    with torch.random.fork_rng(devices=[]):
-        for module in model:
-            specs.append((tuple(x.shape), x.dtype, x.requires_grad))
-            x = module(x)
+    with torch.random.fork_rng(devices=[]), step_kernels(_META, autocast):
+        with forward_autocast(_META, autocast):
+            for module in model:
+                specs.append((tuple(x.shape), x.dtype, x.requires_grad))
+                x = module(x)
     return specs
 
 
-def _backward_peak(module: nn.Module, spec: tuple, first: bool) -> int:
-    """Peak live bytes of ``module``'s backward alone, above its parameters and buffers."""
+def _backward_peak(
+    module: nn.Module, spec: tuple, first: bool, autocast: EmulatedAutocast | None
+) -> int:
+    """Peak live bytes of ``module``'s backward alone, above its parameters and buffers (its
+    forward under ``autocast``, as in the step)."""
     shape, dtype, requires_grad = spec
     batch = torch.empty(shape, dtype=dtype, device="meta") if first else None
     anchor = torch.empty((), device="meta", requires_grad=True)
-    with TensorMemoryTracker(module, inputs=() if batch is None else (batch,)) as tracker:
+    tracker = TensorMemoryTracker(module, inputs=() if batch is None else (batch,))
+    with step_kernels(_META, autocast), tracker:
         if batch is not None:
             x = batch  # the batch is in the step's baseline
         elif requires_grad:
             x = _InputLike.apply(anchor, shape, dtype)
         else:
             x = torch.empty(shape, dtype=dtype, device="meta")
-        output = module(x)
+        with forward_autocast(_META, autocast):
+            output = module(x)
         del x
         if not output.requires_grad:  # a frozen module on a frozen input: no backward
             return 0
@@ -158,13 +175,15 @@ def _backward_peak(module: nn.Module, spec: tuple, first: bool) -> int:
     return max(0, tracker.phase_peak_bytes.get("backward", 0) - tracker.baseline_bytes - seed_bytes)
 
 
-def module_backward_needs(model: nn.Sequential, sample_input: torch.Tensor) -> list[ModuleBackward]:
+def module_backward_needs(
+    model: nn.Sequential, sample_input: torch.Tensor, autocast: EmulatedAutocast | None = None
+) -> list[ModuleBackward]:
     """For each module: the measured peak of its backward and the parameter gradients after it."""
     if not isinstance(model, nn.Sequential) or len(model) == 0:
         raise ValueError("peak_floor needs a non-empty nn.Sequential")
     run = on_meta(model).train(model.training)
     sample = torch.empty(sample_input.shape, dtype=sample_input.dtype, device="meta")
-    specs = _input_specs(run, sample)
+    specs = _input_specs(run, sample, autocast)
     needs = []
     for index, (module, spec) in enumerate(zip(run, specs, strict=True)):
         earlier = {id(p) for m in list(run)[: index + 1] for p in m.parameters()}
@@ -177,7 +196,7 @@ def module_backward_needs(model: nn.Sequential, sample_input: torch.Tensor) -> l
         needs.append(
             ModuleBackward(
                 f"{index}: {type(module).__name__}",
-                _backward_peak(module, spec, first=index == 0),
+                _backward_peak(module, spec, index == 0, autocast),
                 sum(later.values()),
             )
         )
@@ -191,16 +210,25 @@ def peak_floor(
     *,
     optimizer_factory: OptimizerFactory | None = None,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    autocast: EmulatedAutocast | None = None,
 ) -> PeakFloor:
     """The floor for ``model`` trained on this batch (on the meta device: at any size).
 
     Measures each module's backward alone and one plain step for the baseline and the optimizer
     step's peak. ``model`` is trained by that step as ``measure_step`` does; pass a meta model to
-    leave weights alone.
+    leave weights alone. ``autocast`` as in ``measure_step``; left out, an active
+    ``torch.autocast`` around the call is emulated in the modules' dry runs.
     """
-    factory = optimizer_factory if optimizer_factory is not None else default_optimizer
-    needs = module_backward_needs(model, inputs)
-    plain = measure_step(model, inputs, targets, 0, factory(model.parameters()), loss_fn)
+    autocast = autocast if autocast is not None else ambient_autocast()
+    needs = module_backward_needs(model, inputs, autocast)
+    plain = measure_step(
+        model,
+        inputs,
+        targets,
+        optimizer_factory=optimizer_factory,
+        loss_fn=loss_fn,
+        autocast=autocast,
+    )
     worst = max(needs, key=lambda need: need.need_bytes)
     backward = plain.baseline_bytes + worst.need_bytes
     assert plain.phase_peak_bytes is not None, "measure_step always splits a step by phase"

@@ -188,9 +188,9 @@ def _strategy_row(model_name: str, strategy: Strategy, record) -> dict:
         ),
         "activation_peak_mib": record.activation_peak_bytes / MiB,
         "cuda_peak_allocated_mib": (
-            None if record.cuda_peak_allocated is None else record.cuda_peak_allocated / MiB
+            None if record.cuda is None else record.cuda.peak_allocated_bytes / MiB
         ),
-        "nvml_used_mib": record.nvml_used_mib,
+        "nvml_used_mib": record.nvml.used_mib,
         "step_seconds": record.seconds,
         "step_timing": record.timing,
         "step_gflop": None if record.flops is None else record.flops.total / 1e9,

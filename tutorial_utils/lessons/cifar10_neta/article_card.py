@@ -18,6 +18,7 @@ import torch.nn as nn
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from tutorial_utils.articles.experiments import adam_optimizer
 from tutorial_utils.articles.models import NetA
 from tutorial_utils.articles.quoted import NETA_ARTICLE
 from tutorial_utils.display.plotting import plot_step_timelines
@@ -25,7 +26,7 @@ from tutorial_utils.display.tables import text_table
 from tutorial_utils.display.widgets import int_slider, result_outputs
 from tutorial_utils.measurement.batch_search import find_max_batch_size
 from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step
-from tutorial_utils.measurement.step import DRY_RUN_LABEL, adam_optimizer
+from tutorial_utils.measurement.step import DRY_RUN_LABEL
 from tutorial_utils.units import MiB
 
 ARTICLE_CARD_BYTES = NETA_ARTICLE.card_bytes
@@ -320,7 +321,13 @@ def checkpoint_modes(tables: Mapping[str, PeakTable], batch: int = 23) -> str:
         (batch, 3, size, size),
         optimizer_factory=adam_optimizer,
     )
-    search = find_max_batch_size(REENTRANT_CHECKPOINT, (3, size, size), card, device="meta")
+    search = find_max_batch_size(
+        REENTRANT_CHECKPOINT,
+        (3, size, size),
+        card,
+        device="meta",
+        optimizer_factory=adam_optimizer,
+    )
     plain, checkpointed = tables["no checkpoint"], tables["checkpoint"]
     rows = [
         ("no checkpoint", plain.peaks[batch - 1], plain.largest_batch(card)),
