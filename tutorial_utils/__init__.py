@@ -25,6 +25,15 @@ if TYPE_CHECKING:  # what an IDE or a type checker sees; at run time the names l
     from tutorial_utils.checkpointing.segments import forward_segments as forward_segments
     from tutorial_utils.checkpointing.selective import OffloadedActivations as OffloadedActivations
     from tutorial_utils.checkpointing.selective import SelectiveCheckpoint as SelectiveCheckpoint
+    from tutorial_utils.checkpointing.strategy import NO_CHECKPOINTING as NO_CHECKPOINTING
+    from tutorial_utils.checkpointing.strategy import SequentialSchedule as SequentialSchedule
+    from tutorial_utils.checkpointing.strategy import Strategy as Strategy
+    from tutorial_utils.checkpointing.strategy import StrategyKind as StrategyKind
+    from tutorial_utils.checkpointing.strategy import equal_segments as equal_segments
+    from tutorial_utils.checkpointing.strategy import every_nth_block as every_nth_block
+    from tutorial_utils.checkpointing.strategy import offloaded as offloaded
+    from tutorial_utils.checkpointing.strategy import scheduled as scheduled
+    from tutorial_utils.checkpointing.strategy import selective as selective
     from tutorial_utils.measurement.batch_search import MaxBatchResult as MaxBatchResult
     from tutorial_utils.measurement.batch_search import find_max_batch_size as find_max_batch_size
     from tutorial_utils.measurement.dry_run import build_on_meta as build_on_meta
@@ -43,6 +52,15 @@ if TYPE_CHECKING:  # what an IDE or a type checker sees; at run time the names l
 
 _PUBLIC = {
     # mechanism
+    "Strategy": "tutorial_utils.checkpointing.strategy",
+    "StrategyKind": "tutorial_utils.checkpointing.strategy",
+    "SequentialSchedule": "tutorial_utils.checkpointing.strategy",
+    "NO_CHECKPOINTING": "tutorial_utils.checkpointing.strategy",
+    "equal_segments": "tutorial_utils.checkpointing.strategy",
+    "every_nth_block": "tutorial_utils.checkpointing.strategy",
+    "selective": "tutorial_utils.checkpointing.strategy",
+    "offloaded": "tutorial_utils.checkpointing.strategy",
+    "scheduled": "tutorial_utils.checkpointing.strategy",
     "forward_segments": "tutorial_utils.checkpointing.segments",
     "Segments": "tutorial_utils.checkpointing.segments",
     "CheckpointStrategy": "tutorial_utils.checkpointing.segments",
