@@ -171,7 +171,7 @@ def test_flops_from_a_dry_run_equal_the_real_steps():
     model = NetA(use_checkpoint=True)
     inputs, targets = torch.randn(2, 3, 32, 32), torch.randint(0, 10, (2,))
     optimizer = default_optimizer(model.parameters())
-    real = measure_step(model, inputs, targets, 0, optimizer, time_step=False, count_flops=True)
+    real = measure_step(model, inputs, targets, None, optimizer, time_step=False, count_flops=True)
     assert real.flops.recompute > 0
     assert bench._dry_run_gflop(model, inputs.shape) == real.flops.total / 1e9
 
@@ -205,10 +205,10 @@ def test_the_batchnorm_table_separates_the_double_update_from_the_strategies_tha
     rows = {line.split("  ")[0]: line for line in lines}
     assert " 0 of 8" not in rows["segments=4 (checkpoint_sequential)"]
     for name in (
-        "EqualSegments(4)",
+        "equal_segments(4)",
         "planner, least peak",
         "nested, least peak",
-        "SelectiveCheckpoint(3)",
+        "selective(regions=3)",
     ):
         assert rows[name].endswith(" 0 of 8  identical"), rows[name]
-    assert " 0 of 8  " in rows["CompileBudget(0.5)"]  # one update; rounding differs at most
+    assert " 0 of 8  " in rows["compile budget 0.50"]  # one update; rounding differs at most

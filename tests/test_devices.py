@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from tutorial_utils.checkpointing.strategy import NO_CHECKPOINTING
 from tutorial_utils.lessons.setup import report_environment
 from tutorial_utils.measurement import devices
 from tutorial_utils.measurement.devices import (
@@ -88,7 +89,7 @@ def test_a_step_report_shows_mps_readings_beside_the_tracked_peak_labelled() -> 
         cuda_peak_allocated=None,
         cuda_peak_reserved=None,
         nvml_used_mib=None,
-        segments=0,
+        strategy=NO_CHECKPOINTING,
         batch_size=1,
         device="mps",
         mps_allocated=3 * MiB,

@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 from tutorial_utils.articles.models import NetA, neta_as_sequential, vgg16_classifier
-from tutorial_utils.checkpointing.selective import SelectiveCheckpoint
+from tutorial_utils.checkpointing.strategy import equal_segments, scheduled, selective
 from tutorial_utils.measurement.dry_run import build_on_meta, meta_copy
 from tutorial_utils.measurement.step import adam_optimizer, default_optimizer, measure_step
 from tutorial_utils.planning.budget import plan_checkpoints
@@ -60,11 +60,12 @@ def test_no_strategy_goes_below_the_floor_for_vgg16_at_224_px(vgg_at_article_siz
     model, (inputs, targets) = vgg_at_article_size
     floor = peak_floor(model, inputs, targets)
     plan = plan_checkpoints(model, inputs)
-    strategies = [*range(0, len(model) + 1, 3), plan, SelectiveCheckpoint(4)]
+    strategies = [equal_segments(k) for k in range(0, len(model) + 1, 3)]
+    strategies += [scheduled(plan), selective(regions=4)]
     peaks, optimizer_peaks = [], set()
-    for segments in strategies:
+    for strategy in strategies:
         report = measure_step(
-            model, inputs, targets, segments, default_optimizer(model.parameters())
+            model, inputs, targets, strategy, default_optimizer(model.parameters())
         )
         peaks.append(report.peak_bytes)
         optimizer_peaks.add(report.phase_peak_bytes["optimizer"])
@@ -79,9 +80,12 @@ def test_planned_least_peak_beats_every_uniform_split_at_the_article_size(vgg_at
     model, (inputs, targets) = vgg_at_article_size
     plan = plan_checkpoints(model, inputs)
     assert plan.recompute_seconds is None and plan.recompute_flops > 0
-    planned = measure_step(model, inputs, targets, plan, default_optimizer(model.parameters()))
+    optimizer = default_optimizer(model.parameters())
+    planned = measure_step(model, inputs, targets, scheduled(plan), optimizer)
     uniform = min(
-        measure_step(model, inputs, targets, k, default_optimizer(model.parameters())).peak_bytes
+        measure_step(
+            model, inputs, targets, equal_segments(k), default_optimizer(model.parameters())
+        ).peak_bytes
         for k in range(2, len(model) + 1)
     )
     assert planned.peak_bytes < 0.9 * uniform
@@ -92,7 +96,9 @@ def test_neta_floor_at_224_px_holds_for_its_checkpointed_segments():
     inputs, targets = _meta_batch((31, 3, 224, 224))
     floor = peak_floor(model, inputs, targets, optimizer_factory=adam_optimizer)
     article = build_on_meta(lambda: NetA(use_checkpoint=True))
-    checkpointed = measure_step(article, inputs, targets, 0, adam_optimizer(article.parameters()))
+    checkpointed = measure_step(
+        article, inputs, targets, None, adam_optimizer(article.parameters())
+    )
     assert checkpointed.peak_bytes >= floor.floor_bytes
     assert "BatchNorm2d" in floor.describe() or "ReLU" in floor.describe()
 
@@ -178,8 +184,8 @@ def test_exhaustive_search_never_goes_below_the_measured_floor(kind):
     inputs, targets = _meta_batch(shape)
     floor = peak_floor(model, inputs, targets)
     profile = profile_sequential(model, inputs)
-    strategies = [evaluate_plan(profile, b) for b in every_one_level_plan(len(model))]
-    strategies += [SelectiveCheckpoint(k) for k in (1, 2)]
+    strategies = [scheduled(evaluate_plan(profile, b)) for b in every_one_level_plan(len(model))]
+    strategies += [selective(regions=k) for k in (1, 2)]
     peaks = []
     for strategy in strategies:
         try:
@@ -209,7 +215,7 @@ def test_the_counterexample_is_a_counterexample_to_the_formula_not_to_the_floor(
     # measured: at MaxPool's backward, ReLU's output and the block's output gradient are gone; the
     # gradient between the two (small) and MaxPool's input gradient are there
     assert block.backward_peak_bytes == pool_input + indices + small + pool_input < formula
-    plain = measure_step(model, inputs, targets, 0, default_optimizer(model.parameters()))
+    plain = measure_step(model, inputs, targets, None, default_optimizer(model.parameters()))
     assert plain.peak_bytes >= floor.floor_bytes
 
 

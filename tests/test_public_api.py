@@ -18,8 +18,11 @@ def test_every_name_in_all_resolves_to_the_object_of_its_module() -> None:
 
 
 def test_the_return_types_and_the_strategy_protocol_are_public() -> None:
-    wanted = {"StepReport", "Plan", "PeakFloor", "MaxBatchResult", "CheckpointStrategy", "Segments"}
+    wanted = {"StepReport", "Plan", "PeakFloor", "MaxBatchResult", "Strategy", "StrategyKind"}
+    wanted |= {"equal_segments", "every_nth_block", "selective", "offloaded", "scheduled"}
     assert wanted <= set(tutorial_utils.__all__)
+    gone = {"CheckpointStrategy", "Segments", "EqualSegments", "forward_segments", "sweep_segments"}
+    assert not gone & set(tutorial_utils.__all__)
 
 
 def test_type_checking_block_imports_exactly_the_lazy_names_from_their_modules() -> None:

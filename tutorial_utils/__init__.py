@@ -2,9 +2,10 @@
 
 The names below are the public API, the tools to take into your own training script (the
 README's "Use it on your own model" shows them at work), the types they return (``StepReport``,
-``MaxBatchResult``, ``Plan``, ``NestedPlan``, ``PeakFloor``) and what ``segments`` accepts
-(``Segments``: a count, ``EqualSegments``, or a ``CheckpointStrategy`` you implement;
-``checkpointed_blocks`` is the way in for a model that is not an ``nn.Sequential``). They are imported lazily, on first use,
+``MaxBatchResult``, ``Plan``, ``NestedPlan``, ``PeakFloor``) and how to checkpoint: a ``Strategy``
+(``equal_segments(k)``, ``every_nth_block(n)``, ``selective(ops)``, ``offloaded()``,
+``scheduled(plan)``, ``NO_CHECKPOINTING``), which every step, sweep, search and loop takes as
+``strategy=`` and which ``strategy.applied(model)`` puts on any model. They are imported lazily, on first use,
 so ``python -m tutorial_utils --help`` answers before torch is loaded. The layers behind them
 are described in docs/ARCHITECTURE.md.
 """
@@ -19,12 +20,6 @@ if TYPE_CHECKING:  # what an IDE or a type checker sees; at run time the names l
         freeze_stats_during_recompute as freeze_stats_during_recompute,
     )
     from tutorial_utils.checkpointing.blocks import checkpointed_blocks as checkpointed_blocks
-    from tutorial_utils.checkpointing.segments import CheckpointStrategy as CheckpointStrategy
-    from tutorial_utils.checkpointing.segments import EqualSegments as EqualSegments
-    from tutorial_utils.checkpointing.segments import Segments as Segments
-    from tutorial_utils.checkpointing.segments import forward_segments as forward_segments
-    from tutorial_utils.checkpointing.selective import OffloadedActivations as OffloadedActivations
-    from tutorial_utils.checkpointing.selective import SelectiveCheckpoint as SelectiveCheckpoint
     from tutorial_utils.checkpointing.strategy import NO_CHECKPOINTING as NO_CHECKPOINTING
     from tutorial_utils.checkpointing.strategy import SequentialSchedule as SequentialSchedule
     from tutorial_utils.checkpointing.strategy import Strategy as Strategy
@@ -41,7 +36,7 @@ if TYPE_CHECKING:  # what an IDE or a type checker sees; at run time the names l
     from tutorial_utils.measurement.dry_run import meta_copy as meta_copy
     from tutorial_utils.measurement.step import StepReport as StepReport
     from tutorial_utils.measurement.step import measure_step as measure_step
-    from tutorial_utils.measurement.step import sweep_segments as sweep_segments
+    from tutorial_utils.measurement.step import sweep_strategies as sweep_strategies
     from tutorial_utils.measurement.tracker import TensorMemoryTracker as TensorMemoryTracker
     from tutorial_utils.planning.budget import plan_checkpoints as plan_checkpoints
     from tutorial_utils.planning.limits import PeakFloor as PeakFloor
@@ -61,19 +56,13 @@ _PUBLIC = {
     "selective": "tutorial_utils.checkpointing.strategy",
     "offloaded": "tutorial_utils.checkpointing.strategy",
     "scheduled": "tutorial_utils.checkpointing.strategy",
-    "forward_segments": "tutorial_utils.checkpointing.segments",
-    "Segments": "tutorial_utils.checkpointing.segments",
-    "CheckpointStrategy": "tutorial_utils.checkpointing.segments",
-    "EqualSegments": "tutorial_utils.checkpointing.segments",
     "checkpointed_blocks": "tutorial_utils.checkpointing.blocks",
-    "SelectiveCheckpoint": "tutorial_utils.checkpointing.selective",
-    "OffloadedActivations": "tutorial_utils.checkpointing.selective",
     "freeze_stats_during_recompute": "tutorial_utils.checkpointing.batchnorm",
     # measurement
     "TensorMemoryTracker": "tutorial_utils.measurement.tracker",
     "StepReport": "tutorial_utils.measurement.step",
     "measure_step": "tutorial_utils.measurement.step",
-    "sweep_segments": "tutorial_utils.measurement.step",
+    "sweep_strategies": "tutorial_utils.measurement.step",
     "MaxBatchResult": "tutorial_utils.measurement.batch_search",
     "find_max_batch_size": "tutorial_utils.measurement.batch_search",
     "dry_run_step": "tutorial_utils.measurement.dry_run",

@@ -17,6 +17,7 @@ double-updating them.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -68,7 +69,8 @@ class SequentialSchedule(Protocol):
 class Strategy:
     """One way to checkpoint a model: ``kind`` and the settings it reads.
 
-    ``segments``: the count for "segments", the regions for "selective" on a Sequential.
+    ``segments``: the count for "segments" (on "none", the 0 or 1 ``equal_segments`` was given),
+    the regions for "selective" on a Sequential.
     ``every``: every n-th repeated block for "every-n", "selective" and "offload" on other models.
     ``saved_ops``: what "selective" keeps. ``schedule``: what "plan"/"compile-budget" run.
     ``predicted``: the planner's forecast, carried for its tables. ``name``: the label tables show.
@@ -131,6 +133,13 @@ class Strategy:
     def __str__(self) -> str:
         return self.name
 
+    def __reduce__(self) -> tuple:
+        """Pickled with its ops by name (``aten.mm.default``): an op itself does not pickle, and
+        the estimator's forked workers send strategies and reports back and forth."""
+        settings = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        settings["saved_ops"] = tuple(sorted(str(op) for op in self.saved_ops))
+        return (_unpickled, (settings,))
+
     @property
     def gpu_only(self) -> bool:
         """Offloading: on a CPU or in a dry run the saved tensors are in host memory already."""
@@ -165,6 +174,11 @@ class Strategy:
             kwargs["context_fn"] = context_fn
         return kwargs
 
+    def run(self, model: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        """``model(*args, **kwargs)`` checkpointed this way: one call inside ``applied``."""
+        with self.applied(model):
+            return model(*args, **kwargs)
+
     @contextlib.contextmanager
     def applied(
         self, model: nn.Module, wrap_context: ContextWrapper | None = None
@@ -186,7 +200,9 @@ class Strategy:
         elif self.kind == "none":
             yield model
         elif isinstance(model, nn.Sequential) and self.kind != "every-n":
-            with _forward_replaced(model, functools.partial(self._run, model, wrap_context)):
+            with _forward_replaced(
+                model, functools.partial(self._sequential_forward, model, wrap_context)
+            ):
                 yield model
         else:
             kwargs = self.checkpoint_kwargs(wrap_context)
@@ -218,7 +234,7 @@ class Strategy:
         finally:
             disable_checkpointing(base)
 
-    def _run(
+    def _sequential_forward(
         self, model: nn.Sequential, wrap_context: ContextWrapper | None, x: torch.Tensor
     ) -> torch.Tensor:
         """A Sequential's forward under this strategy (the model's own forward is back meanwhile,
@@ -261,6 +277,11 @@ def _forward_replaced(
         model.__dict__.pop("forward", None)
 
 
+def _unpickled(settings: dict[str, Any]) -> Strategy:
+    ops = (functools.reduce(getattr, name.split("."), torch.ops) for name in settings["saved_ops"])
+    return Strategy(**{**settings, "saved_ops": frozenset(ops)})
+
+
 def _run_modules(modules: list[nn.Module], x: torch.Tensor) -> torch.Tensor:
     for module in modules:
         x = module(x)
@@ -281,7 +302,8 @@ def equal_segments(count: int, *, keep_batchnorm: bool = True, **options: Any) -
     """``checkpoint_sequential(model, count, x)``'s split; 0 or 1 checkpoints nothing (as there).
     ``keep_batchnorm=False`` is exactly ``checkpoint_sequential`` (BatchNorm updated twice)."""
     if count in (0, 1) and not isinstance(count, bool):
-        return Strategy("none", name=f"{count} segment{'' if count == 1 else 's'}", **options)
+        name = f"{count} segment{'' if count == 1 else 's'}"
+        return Strategy("none", name=name, segments=count, **options)
     return Strategy("segments", segments=count, keep_batchnorm=keep_batchnorm, **options)
 
 

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import torch
 import torch.nn as nn
 
-from tutorial_utils.checkpointing.segments import Segments
+from tutorial_utils.checkpointing.strategy import Strategy
 from tutorial_utils.measurement.autocast import POLICIES, EmulatedAutocast
 from tutorial_utils.measurement.step import (
     OptimizerFactory,
@@ -81,7 +81,7 @@ def build_on_meta(make_model: Callable[[], ModuleT]) -> ModuleT:
 def dry_run_step(
     model: nn.Module,
     input_shape: Sequence[int],
-    segments: Segments = 0,
+    strategy: Strategy | None = None,
     *,
     optimizer_factory: OptimizerFactory | None = None,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
@@ -125,7 +125,7 @@ def dry_run_step(
         run,
         inputs,
         targets,
-        segments,
+        strategy,
         factory(run.parameters()),
         loss_fn,
         "meta",

@@ -200,7 +200,7 @@ def peak_floor(
     """
     factory = optimizer_factory if optimizer_factory is not None else default_optimizer
     needs = module_backward_needs(model, inputs)
-    plain = measure_step(model, inputs, targets, 0, factory(model.parameters()), loss_fn)
+    plain = measure_step(model, inputs, targets, None, factory(model.parameters()), loss_fn)
     worst = max(needs, key=lambda need: need.need_bytes)
     backward = plain.baseline_bytes + worst.need_bytes
     assert plain.phase_peak_bytes is not None, "measure_step always splits a step by phase"
