@@ -17,6 +17,7 @@ from tutorial_utils.checkpointing.strategy import (
     offloaded,
     selective,
 )
+from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step
 from tutorial_utils.tools import saved_bytes
 
 
@@ -151,3 +152,46 @@ def test_a_transformers_model_is_checkpointed_by_its_own_call():
         torch.testing.assert_close((loss, grads), (plain_loss, plain_grads))
         assert kept < plain_kept, strategy.name
         assert not any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
+
+
+def _activation_peaks(model: nn.Module, shape, strategies, **options) -> list[int]:
+    return [dry_run_step(model, shape, s, **options).activation_peak_bytes for s in strategies]
+
+
+def test_on_a_meta_dry_run_each_kind_of_model_keeps_less_than_no_checkpointing():
+    """The same three applications, dry-run at a size where activations dominate: less kept."""
+    torchvision = pytest.importorskip("torchvision")
+    transformers = pytest.importorskip("transformers")
+    plain, *checkpointed = _activation_peaks(
+        _bn_chain(), (64, 3, 8, 8), [NO_CHECKPOINTING, equal_segments(4), selective(regions=3)]
+    )
+    assert all(peak < plain for peak in checkpointed)
+    resnet = build_on_meta(lambda: torchvision.models.resnet18(num_classes=3))
+    plain, every_2nd = _activation_peaks(
+        resnet, (8, 3, 64, 64), [NO_CHECKPOINTING, every_nth_block(2)]
+    )
+    assert every_2nd < plain
+    config = transformers.LlamaConfig(
+        vocab_size=64,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        max_position_embeddings=256,
+    )
+    llama = build_on_meta(lambda: transformers.LlamaForCausalLM(config))
+    plain, every, every_2nd = _activation_peaks(
+        llama,
+        (2, 256),
+        [NO_CHECKPOINTING, every_nth_block(1), every_nth_block(2)],
+        token_ids=True,
+    )
+    assert every < every_2nd < plain
+
+
+def test_a_strategy_pickles_with_its_ops_for_the_estimators_workers():
+    import pickle
+
+    for strategy in (selective(MATRIX_PRODUCT_OPS), equal_segments(3, name="three")):
+        copy_back = pickle.loads(pickle.dumps(strategy))
+        assert copy_back == strategy and copy_back.saved_ops == strategy.saved_ops
