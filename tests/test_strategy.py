@@ -55,6 +55,7 @@ def test_a_kind_outside_the_literal_is_rejected_in_one_line():
         (lambda: selective(frozenset()), "needs saved_ops"),
         (lambda: selective(use_reentrant=True), "use_reentrant=False"),
         (lambda: Strategy("plan"), "needs schedule"),
+        (lambda: Strategy("segments", segments=2, saved_ops=MATRIX_PRODUCT_OPS), "for selective"),
     ],
 )
 def test_bad_settings_fail_at_construction(build, message):
@@ -100,6 +101,9 @@ def test_selective_and_segments_need_a_sequential():
             pass
     with pytest.raises(ValueError, match="regions"):
         with selective().applied(_bn_chain()):
+            pass
+    with pytest.raises(ValueError, match="no repeated blocks"):
+        with every_nth_block(2).applied(_bn_chain()):
             pass
 
 
@@ -195,3 +199,13 @@ def test_a_strategy_pickles_with_its_ops_for_the_estimators_workers():
     for strategy in (selective(MATRIX_PRODUCT_OPS), equal_segments(3, name="three")):
         copy_back = pickle.loads(pickle.dumps(strategy))
         assert copy_back == strategy and copy_back.saved_ops == strategy.saved_ops
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="offloading needs a CUDA device")
+def test_offloading_a_resnets_blocks_on_cuda_gives_the_plain_gradients():
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=3).cuda().eval()
+    inputs, targets = torch.randn(2, 3, 32, 32, device="cuda"), torch.tensor([0, 2], device="cuda")
+    plain = _loss_and_grads(model, NO_CHECKPOINTING, inputs, targets)
+    torch.testing.assert_close(_loss_and_grads(model, offloaded(), inputs, targets), plain)

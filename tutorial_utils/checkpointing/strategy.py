@@ -102,6 +102,8 @@ class Strategy:
             raise ValueError(f"regions must be 0 or more, got {self.segments}")
         if self.every < 1:
             raise ValueError(f"every must be at least 1 (every block), got {self.every}")
+        if self.saved_ops and self.kind != "selective":
+            raise ValueError(f"saved_ops is for selective checkpointing, not {self.kind!r}")
         if self.kind == "selective" and not self.saved_ops:
             raise ValueError("selective needs saved_ops: pass e.g. selective(MATRIX_PRODUCT_OPS)")
         if self.kind == "selective" and self.use_reentrant:
@@ -207,6 +209,12 @@ class Strategy:
         else:
             kwargs = self.checkpoint_kwargs(wrap_context)
             blocks = repeated_blocks(model)[:: self.every]
+            if not blocks:
+                raise ValueError(
+                    f"{type(model).__name__} has no repeated blocks (modules with parts of their "
+                    f"own inside an nn.Sequential) for {self.name!r}: split a flat nn.Sequential "
+                    "with equal_segments(k)"
+                )
             with checkpointed_blocks(
                 blocks,
                 use_reentrant=self.use_reentrant,
