@@ -7,9 +7,10 @@ import torch
 import torch.nn as nn
 
 from tutorial_utils import dry_run_step, find_max_batch_size, measure_step, plan_checkpoints
+from tutorial_utils.checkpointing.strategy import equal_segments
 from tutorial_utils.measurement.dry_run import model_for_sample
 from tutorial_utils.measurement.meta_attention import DryRunCannotFollow
-from tutorial_utils.measurement.step import sweep_segments
+from tutorial_utils.measurement.step import sweep_strategies
 
 
 def small_model() -> nn.Sequential:
@@ -62,7 +63,7 @@ def test_measure_step_with_meta_inputs_and_a_cpu_model_points_to_dry_run_step() 
         measure_step(model, inputs, targets)
     assert "dry_run_step(model, (4, 8))" in one_line(error)
     with pytest.raises(ValueError, match="dry_run_step"):
-        sweep_segments(model, inputs, targets, [0, 2])
+        sweep_strategies(model, inputs, targets, [equal_segments(0), equal_segments(2)])
     assert all(p.device.type == "cpu" for p in model.parameters())  # untouched
 
 

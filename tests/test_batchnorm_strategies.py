@@ -1,5 +1,6 @@
 """Every strategy the package recommends leaves BatchNorm as an un-checkpointed step leaves it;
-plain ``segments=k`` keeps PyTorch's double update, and ``keep_batchnorm=True`` fixes it."""
+``equal_segments(k, keep_batchnorm=False)`` keeps PyTorch's double update (``checkpoint_sequential``),
+and the default ``keep_batchnorm=True`` fixes it."""
 
 from __future__ import annotations
 
@@ -12,8 +13,12 @@ import torch.nn.functional as F
 
 from tutorial_utils.articles.models import NetA, neta_as_sequential
 from tutorial_utils.checkpointing.batchnorm import running_stats
-from tutorial_utils.checkpointing.segments import EqualSegments, forward_segments
-from tutorial_utils.checkpointing.selective import SelectiveCheckpoint
+from tutorial_utils.checkpointing.strategy import (
+    NO_CHECKPOINTING,
+    equal_segments,
+    scheduled,
+    selective,
+)
 from tutorial_utils.lessons.choosing_what_to_checkpoint import batchnorm_updates
 from tutorial_utils.measurement.dry_run import meta_copy
 from tutorial_utils.planning.budget import plan_checkpoints
@@ -51,9 +56,9 @@ def resnet_style():
 MODELS = {"NetA": lambda: neta_as_sequential(NetA()), "ResNet-style": resnet_style}
 
 
-def _step(model, x, y, segments, **kwargs):
+def _step(model, x, y, strategy):
     model.train()
-    F.cross_entropy(forward_segments(model, x, segments, **kwargs), y).backward()
+    F.cross_entropy(strategy.run(model, x), y).backward()
     return running_stats(model)
 
 
@@ -70,14 +75,14 @@ def setting(request):
     torch.manual_seed(0)
     model = MODELS[request.param]()
     x, y = torch.randn(4, 3, 32, 32), torch.randint(0, 10, (4,))
-    reference = _step(copy.deepcopy(model), x, y, 0)
+    reference = _step(copy.deepcopy(model), x, y, NO_CHECKPOINTING)
     return model, x, y, reference
 
 
 def _strategies(model, x):
     plan = plan_checkpoints(meta_copy(model), x.to("meta"))  # planned on meta, as a learner would
     assert plan.checkpointed_segments > 0
-    return {"plan": plan, "selective": SelectiveCheckpoint(3), "equal": EqualSegments(4)}
+    return {"plan": scheduled(plan), "selective": selective(regions=3), "equal": equal_segments(4)}
 
 
 def test_recommended_strategies_update_batchnorm_once(setting):
@@ -89,18 +94,18 @@ def test_recommended_strategies_update_batchnorm_once(setting):
 
 def test_plain_segments_keep_pytorchs_double_update_and_one_word_fixes_it(setting):
     model, x, y, reference = setting
-    doubled = _step(copy.deepcopy(model), x, y, 4)
+    doubled = _step(copy.deepcopy(model), x, y, equal_segments(4, keep_batchnorm=False))
     counts = [int(layer["num_batches_tracked"]) for layer in doubled.values()]
     assert max(counts) == 2  # PyTorch's behaviour, as notebooks 02 and 03 teach
-    assert _same(_step(copy.deepcopy(model), x, y, 4, keep_batchnorm=True), reference)
+    assert _same(_step(copy.deepcopy(model), x, y, equal_segments(4)), reference)
 
 
 def test_gradients_are_unchanged_by_the_fix(setting):
     model, x, y, _ = setting
     grads = []
-    for segments in (0, EqualSegments(4), SelectiveCheckpoint(3)):
+    for strategy in (NO_CHECKPOINTING, equal_segments(4), selective(regions=3)):
         probe = copy.deepcopy(model)
-        _step(probe, x, y, segments)
+        _step(probe, x, y, strategy)
         grads.append([p.grad for p in probe.parameters()])
     for other in grads[1:]:
         assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(grads[0], other, strict=True))
@@ -108,7 +113,12 @@ def test_gradients_are_unchanged_by_the_fix(setting):
 
 def test_the_lessons_table_counts_double_updates_and_how_far_statistics_moved(setting):
     model, x, y, _ = setting
-    table = batchnorm_updates(model, x, y, {"segments=4": 4, "equal": EqualSegments(4)})
+    table = batchnorm_updates(
+        model,
+        x,
+        y,
+        {"segments=4": equal_segments(4, keep_batchnorm=False), "equal": equal_segments(4)},
+    )
     plain_split, equal = table.splitlines()[1:]
     assert " 0 of " not in plain_split and "differ by up to" in plain_split
     assert equal.split()[1:] == ["0", "of", str(len(running_stats(model))), "identical"]

@@ -204,10 +204,10 @@ def test_the_batchnorm_table_separates_the_double_update_from_the_strategies_tha
     rows = {line.split("  ")[0]: line for line in lines}
     assert " 0 of 8" not in rows["segments=4 (checkpoint_sequential)"]
     for name in (
-        "EqualSegments(4)",
+        "equal_segments(4)",
         "planner, least peak",
         "nested, least peak",
-        "SelectiveCheckpoint(3)",
+        "selective(regions=3)",
     ):
         assert rows[name].endswith(" 0 of 8  identical"), rows[name]
-    assert " 0 of 8  " in rows["CompileBudget(0.5)"]  # one update; rounding differs at most
+    assert " 0 of 8  " in rows["compile budget 0.50"]  # one update; rounding differs at most

@@ -4,7 +4,8 @@ import torch.nn as nn
 from torch.utils.checkpoint import checkpoint_sequential
 
 from tutorial_utils.articles.models import NetA, vgg16_classifier
-from tutorial_utils.checkpointing.segments import forward_segments, segment_boundaries
+from tutorial_utils.checkpointing.segments import segment_boundaries
+from tutorial_utils.checkpointing.strategy import NO_CHECKPOINTING, equal_segments
 
 
 def gradients_of(model: nn.Module, run) -> dict[str, torch.Tensor]:
@@ -19,21 +20,21 @@ def test_out_of_range_segments_name_the_valid_range():
     model = nn.Sequential(nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 2))
     x = torch.randn(1, 2)
     with pytest.raises(ValueError, match=r"0 or 1 for no checkpointing, or 2\.\.3"):
-        forward_segments(model, x, 4)
-    with pytest.raises(ValueError, match="out of range"):
-        forward_segments(model, x, -1)
+        equal_segments(4).run(model, x)
+    with pytest.raises(ValueError, match="2 or more"):
+        equal_segments(-1)
     with pytest.raises(ValueError, match="integer"):
-        forward_segments(model, x, 2.0)
+        equal_segments(2.0)  # type: ignore[arg-type]
 
 
 def test_flat_vgg16_with_dropout_in_train_mode_gets_the_plain_gradients():
     torch.manual_seed(0)
     model = vgg16_classifier(layout="flat").train()
     x = torch.randn(2, 3, 32, 32)
-    plain = gradients_of(model, lambda: forward_segments(model, x, 0))
+    plain = gradients_of(model, lambda: NO_CHECKPOINTING.run(model, x))
     assert len(plain) == len(list(model.parameters()))
     for segments in (2, 7):
-        checkpointed = gradients_of(model, lambda s=segments: forward_segments(model, x, s))
+        checkpointed = gradients_of(model, lambda s=segments: equal_segments(s).run(model, x))
         assert checkpointed.keys() == plain.keys(), "every parameter receives a gradient"
         for name, grad in plain.items():
             assert torch.allclose(checkpointed[name], grad, rtol=1e-4, atol=1e-6), name
@@ -57,7 +58,7 @@ def test_reentrant_mode_without_an_input_that_needs_grad_leaves_checkpointed_seg
     model = nn.Sequential(*[nn.Sequential(nn.Linear(8, 8), nn.ReLU()) for _ in range(4)])
     x = torch.randn(3, 8)
     with pytest.warns(UserWarning, match="None of the inputs have requires_grad"):
-        out = forward_segments(model, x, 2, use_reentrant=True)
+        out = equal_segments(2, use_reentrant=True).run(model, x)
     out.sum().backward()
     first_segment, last_segment = model[0][0], model[3][0]
     assert first_segment.weight.grad is None  # silently untrained
@@ -65,11 +66,11 @@ def test_reentrant_mode_without_an_input_that_needs_grad_leaves_checkpointed_seg
 
     model.zero_grad(set_to_none=True)
     hacked = x.clone().requires_grad_(True)  # the first article's images.requires_grad=True
-    forward_segments(model, hacked, 2, use_reentrant=True).sum().backward()
+    equal_segments(2, use_reentrant=True).run(model, hacked).sum().backward()
     assert first_segment.weight.grad is not None
 
     model.zero_grad(set_to_none=True)
-    forward_segments(model, x, 2, use_reentrant=False).sum().backward()
+    equal_segments(2).run(model, x).sum().backward()
     assert first_segment.weight.grad is not None  # non-reentrant needs no hack
 
 

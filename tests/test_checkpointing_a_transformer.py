@@ -11,10 +11,10 @@ import torch.nn as nn
 from tutorial_utils.articles.profiles import PROFILES
 from tutorial_utils.checkpointing.blocks import checkpointed_blocks
 from tutorial_utils.checkpointing.selective import MATRIX_PRODUCT_OPS, saving_policy
+from tutorial_utils.checkpointing.strategy import NO_CHECKPOINTING, every_nth_block, offloaded
 from tutorial_utils.display.figure_check import figure_problems
 from tutorial_utils.lessons.checkpointing_a_transformer import (
     StrategyExplorer,
-    TransformerStrategy,
     adamw,
     block_saved_bytes,
     build_causal_lm,
@@ -81,15 +81,17 @@ def test_gradients_equal_with_and_without_each_strategy(kind):
     model = build_causal_lm(CONFIGS[kind]())
     ids = token_batch(BATCH, SEQUENCE, "cpu", model.config.vocab_size)
     menu = menu_for(model)
-    reference = _gradients(menu[0].apply(model), ids)
+    with menu[0].applied(model):
+        reference = _gradients(model, ids)
     for strategy in menu[1:]:
-        grads = _gradients(strategy.apply(model), ids)
+        with strategy.applied(model):
+            grads = _gradients(model, ids)
         assert grads.keys() == reference.keys()
         for name, grad in grads.items():
             torch.testing.assert_close(
                 grad, reference[name], rtol=1e-4, atol=1e-6, msg=f"{strategy.name}: {name}"
             )
-    assert {s.kind for s in menu} >= {"none", "full", "every-n", "selective"}
+    assert {s.kind for s in menu} >= {"none", "every-n", "selective"}
 
 
 def test_strategies_change_what_is_kept_and_recomputed():
@@ -176,7 +178,7 @@ def test_korthikanti_formula_and_measured_block_bytes():
     saved = block_saved_bytes(meta, 2, 128)
     blocks = [k for k in saved if k != OUTSIDE]
     assert len(blocks) == 3 and len({saved[k] for k in blocks}) == 1  # identical blocks
-    step = lm_step(meta, TransformerStrategy("none", "none"), 2, 128)
+    step = lm_step(meta, NO_CHECKPOINTING, 2, 128)
     # everything saved is alive at the end of the forward, with the logits and the loss
     assert 0 < sum(saved.values()) <= step.activation_peak_bytes
     longer = block_saved_bytes(meta, 2, 256)
@@ -209,7 +211,7 @@ def test_largest_fitting_finds_the_boundary_from_any_start(start, answer):
 
 def test_longest_sequences_are_the_boundary_between_fit_and_not():
     meta = build_causal_lm(small_llama_config(), "meta")
-    full = TransformerStrategy("every block", "full")
+    full = every_nth_block(1)
     budget = lm_step(meta, full, 1, 1500).peak_bytes
     fit, loose = longest_sequences(
         meta, full, {"test": budget, "twice": 2 * budget}, unit=64, max_sequence=8192
@@ -228,9 +230,8 @@ def test_bad_input_gets_a_one_line_error():
         saving_policy(frozenset())
     assert saving_policy(MATRIX_PRODUCT_OPS)(None, torch.ops.aten.mm.default).name == "MUST_SAVE"
     with pytest.raises(ValueError, match="run it on CUDA"):
-        TransformerStrategy("offload", "offload", offload=True).apply(
-            build_causal_lm(small_gpt2_config(), "meta")
-        )
+        with offloaded().applied(build_causal_lm(small_gpt2_config(), "meta")):
+            pass
 
 
 def test_every_profile_has_sizes_and_an_unknown_one_says_what_to_do():

@@ -14,7 +14,12 @@ from tutorial_utils.articles.models import NetA, neta_as_sequential
 from tutorial_utils.checkpointing.batchnorm import running_stats, stats_match
 from tutorial_utils.measurement.dry_run import meta_copy
 from tutorial_utils.measurement.step import measure_step
-from tutorial_utils.planning.compile_budget import CompileBudget, budget_sweep, saved_bytes_of
+from tutorial_utils.planning.compile_budget import (
+    CompileBudget,
+    budget_sweep,
+    compile_budget_strategy,
+    saved_bytes_of,
+)
 from tutorial_utils.planning.strategies import measure_strategies, strategy_menu
 
 
@@ -80,8 +85,9 @@ def test_a_compile_budget_step_dry_run_equals_the_real_step_and_keeps_batchnorm(
     model = neta_as_sequential(NetA())
     x, y = torch.randn(4, 3, 32, 32), torch.randint(0, 10, (4,))
     for budget in (0.0, 1.0):
-        real = measure_step(copy.deepcopy(model), x, y, CompileBudget(budget), time_step=False)
-        dry = measure_step(meta_copy(model), x.to("meta"), y.to("meta"), CompileBudget(budget))
+        strategy = compile_budget_strategy(budget)
+        real = measure_step(copy.deepcopy(model), x, y, strategy, time_step=False)
+        dry = measure_step(meta_copy(model), x.to("meta"), y.to("meta"), strategy)
         assert (real.peak_bytes, real.activation_peak_bytes) == (
             dry.peak_bytes,
             dry.activation_peak_bytes,
@@ -114,5 +120,6 @@ def test_compile_budgets_join_the_strategy_table_as_dry_runs():
     )
     rows = {row["checkpointing"]: row for row in measure_strategies(model, x, y, menu)}
     low, high = rows["compile budget 0.00"], rows["compile budget 1.00"]
-    assert low["kind"] == high["kind"] == "compile budget"
+    assert low["kind"] == high["kind"] == "compile-budget"
+    assert low["family"] == high["family"] == "compile budget"
     assert low["step_gflop"] > high["step_gflop"] == rows["none"]["step_gflop"]

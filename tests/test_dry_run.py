@@ -22,8 +22,7 @@ import torch.nn as nn
 from tutorial_utils.articles.experiments import adam_optimizer
 from tutorial_utils.articles.models import NetA, vgg16_classifier
 from tutorial_utils.checkpointing.batchnorm import freeze_stats_during_recompute
-from tutorial_utils.checkpointing.segments import forward_segments
-from tutorial_utils.checkpointing.selective import SelectiveCheckpoint
+from tutorial_utils.checkpointing.strategy import Strategy, equal_segments, scheduled, selective
 from tutorial_utils.lessons.toy_summation_graph import equal_blocks_chain
 from tutorial_utils.measurement.batch_search import find_max_batch_size
 from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step, meta_copy
@@ -33,7 +32,7 @@ from tutorial_utils.measurement.step import (
     default_optimizer,
     measure_step,
     prime_optimizer_state,
-    sweep_segments,
+    sweep_strategies,
 )
 from tutorial_utils.measurement.tracker import TensorMemoryTracker
 from tutorial_utils.planning.budget import plan_checkpoints
@@ -48,9 +47,17 @@ def _batch(shape, classes, device="cpu"):
     return inputs.to(device), targets.to(device)
 
 
+def _strategy(setting) -> Strategy:
+    """A segment count (``checkpoint_sequential``'s split), a plan, or a Strategy as it is."""
+    if isinstance(setting, int):
+        return equal_segments(setting)
+    return setting if isinstance(setting, Strategy) else scheduled(setting)
+
+
 def _both(model, shape, classes, segments=0, optimizer_factory=default_optimizer):
     """The same step measured on the CPU and dry-run on a meta copy of the same model."""
     inputs, targets = _batch(shape, classes)
+    segments = _strategy(segments)
     twin = meta_copy(model)
     real = measure_step(
         model, inputs, targets, segments, optimizer_factory=optimizer_factory, time_step=False
@@ -92,7 +99,7 @@ def test_article_vgg16_dry_run_equals_the_real_step(vgg_article, segments):
 def test_flat_vgg16_segments_plan_and_selective_equal_the_real_step(vgg_flat):
     sample, _ = _batch((2, 3, 32, 32), 2)
     plan = plan_checkpoints(vgg_flat, sample)
-    for segments in (0, 2, plan, SelectiveCheckpoint(4)):
+    for segments in (0, 2, plan, selective(regions=4)):
         _assert_equal(*_both(vgg_flat, (2, 3, 32, 32), 2, segments))
 
 
@@ -147,8 +154,8 @@ def test_notebook_01_chain_dry_run_equals_the_real_step():
 
 
 def test_dry_run_reports_flops_by_phase_and_recompute_only_when_checkpointing(vgg_flat):
-    plain = dry_run_step(vgg_flat, (2, 3, 32, 32), 0)
-    checkpointed = dry_run_step(vgg_flat, (2, 3, 32, 32), 4)
+    plain = dry_run_step(vgg_flat, (2, 3, 32, 32))
+    checkpointed = dry_run_step(vgg_flat, (2, 3, 32, 32), equal_segments(4))
     assert plain.flops.recompute == 0 < checkpointed.flops.recompute
     assert checkpointed.flops.forward == plain.flops.forward
     assert checkpointed.flops.backward == plain.flops.backward
@@ -166,7 +173,7 @@ def test_flop_counts_match_pytorchs_flop_counter(vgg_flat):
     for counter in (StepFlopCounter(), FlopCounterMode(display=False)):
         with counter:
             nn.functional.cross_entropy(
-                forward_segments(model, inputs, 4), targets.to("meta")
+                equal_segments(4).run(model, inputs), targets.to("meta")
             ).backward()
         totals.append(counter.result().total if isinstance(counter, StepFlopCounter) else None)
         totals[-1] = totals[-1] if totals[-1] is not None else counter.get_total_flops()
@@ -176,7 +183,7 @@ def test_flop_counts_match_pytorchs_flop_counter(vgg_flat):
 
 def test_a_dry_run_leaves_the_callers_model_alone(vgg_flat):
     before = vgg_flat[0].weight.detach().clone()
-    report = dry_run_step(vgg_flat, (64, 3, 224, 224), 6)
+    report = dry_run_step(vgg_flat, (64, 3, 224, 224), equal_segments(6))
     assert torch.equal(vgg_flat[0].weight, before) and vgg_flat[0].weight.device.type == "cpu"
     assert report.source == DRY_RUN_LABEL
     assert report.batch_size == 64
@@ -185,9 +192,9 @@ def test_a_dry_run_leaves_the_callers_model_alone(vgg_flat):
 def test_article_size_dry_run_is_fast_and_checkpointing_moves_the_peak():
     model = build_on_meta(lambda: vgg16_classifier(2, layout="flat"))
     started = time.perf_counter()
-    plain = dry_run_step(model, (64, 3, 224, 224), 0)
+    plain = dry_run_step(model, (64, 3, 224, 224))
     elapsed = time.perf_counter() - started
-    checkpointed = dry_run_step(model, (64, 3, 224, 224), 6)
+    checkpointed = dry_run_step(model, (64, 3, 224, 224), equal_segments(6))
     assert elapsed < 5  # the issue's target; about 0.1 s on a 2-core machine
     assert plain.peak_bytes > 5.5 * 2**30  # activations of 224 px, batch 64 are gigabytes
     assert checkpointed.peak_bytes < 0.85 * plain.peak_bytes
@@ -195,9 +202,9 @@ def test_article_size_dry_run_is_fast_and_checkpointing_moves_the_peak():
 
 def test_rounding_to_cuda_blocks_never_lowers_and_rounds_every_storage():
     model = build_on_meta(lambda: NetA())
-    exact = dry_run_step(model, (3, 3, 17, 17), 0, optimizer_factory=adam_optimizer)
+    exact = dry_run_step(model, (3, 3, 17, 17), optimizer_factory=adam_optimizer)
     blocks = dry_run_step(
-        model, (3, 3, 17, 17), 0, optimizer_factory=adam_optimizer, round_to_blocks=True
+        model, (3, 3, 17, 17), optimizer_factory=adam_optimizer, round_to_blocks=True
     )
     assert blocks.peak_bytes > exact.peak_bytes
     assert blocks.peak_bytes % 512 == 0 and blocks.rounded_to_blocks
@@ -207,7 +214,8 @@ def test_sweep_and_batch_search_run_as_dry_runs():
     model = build_on_meta(lambda: vgg16_classifier(2, layout="flat"))
     inputs = torch.empty(8, 3, 224, 224, device="meta")
     targets = torch.empty(8, dtype=torch.long, device="meta")
-    records = sweep_segments(model, inputs, targets, [0, 6], device="meta")
+    splits = [equal_segments(0), equal_segments(6)]
+    records = sweep_strategies(model, inputs, targets, splits, device="meta")
     assert all(r.seconds is None and r.time_ratio is None for r in records)
     assert records[1].peak_ratio < 1
     card = dict(budget_bytes=int(2.5 * 2**30), device="meta", optimizer_factory=adam_optimizer)
@@ -221,7 +229,7 @@ def test_sweep_and_batch_search_run_as_dry_runs():
 def test_timeline_categories_add_up_and_phases_come_in_order():
     model = build_on_meta(lambda: NetA(use_checkpoint=True))
     report = dry_run_step(
-        model, (8, 3, 64, 64), 0, optimizer_factory=adam_optimizer, record_timeline=True
+        model, (8, 3, 64, 64), optimizer_factory=adam_optimizer, record_timeline=True
     )
     assert len(report.timeline) == len(report.category_timeline) > 0
     for event, categories in zip(report.timeline, report.category_timeline, strict=True):
@@ -241,7 +249,7 @@ def _memtracker_peak(model, inputs, targets, segments, optimizer):
     tracker = MemTracker()
     tracker.track_external(model, optimizer, inputs, targets)
     with tracker:
-        outputs = forward_segments(model, inputs, segments) if segments else model(inputs)
+        outputs = _strategy(segments).run(model, inputs)
         nn.functional.cross_entropy(outputs, targets).backward()
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -284,7 +292,7 @@ def _memtracker_peak(model, inputs, targets, segments, optimizer):
     ],
 )
 def test_pytorchs_memtracker_agrees_at_the_articles_sizes(name, make, shape, segments, factory):
-    ours = dry_run_step(build_on_meta(make), shape, segments, optimizer_factory=factory)
+    ours = dry_run_step(build_on_meta(make), shape, _strategy(segments), optimizer_factory=factory)
     model = build_on_meta(make)
     inputs = torch.empty(*shape, device="meta")
     targets = torch.empty(shape[0], dtype=torch.long, device="meta")

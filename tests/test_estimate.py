@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from tutorial_utils.__main__ import main
+from tutorial_utils.checkpointing.strategy import Strategy
 from tutorial_utils.estimate.card import Card, parse_bytes, parse_card
 from tutorial_utils.estimate.estimator import (
     Workload,
@@ -31,7 +32,7 @@ from tutorial_utils.estimate.estimator import (
 )
 from tutorial_utils.estimate.models import PRESETS, preset_config, repeated_blocks
 from tutorial_utils.estimate.report import estimate_table
-from tutorial_utils.estimate.strategies import Strategy, parse_strategy
+from tutorial_utils.estimate.strategies import parse_strategy
 from tutorial_utils.units import GiB
 
 ADAM_STEP_BYTES = 4
@@ -154,7 +155,7 @@ def test_checkpointing_and_autocast_change_the_peak(tiny_config):
         workload = Workload(f"hf:{tiny_config('llama')}", batch=2, size=64, precision=precision)
         model = build_model(workload)
         for kind in ("none", "every-block"):
-            peaks[precision, kind] = train_step(model, workload, Strategy(kind)).peak_bytes
+            peaks[precision, kind] = train_step(model, workload, parse_strategy(kind)).peak_bytes
     assert peaks["fp32", "every-block"] < peaks["fp32", "none"]
     assert len(set(peaks.values())) == len(peaks)
 
@@ -196,7 +197,7 @@ def test_largest_fit_is_the_edge_of_the_budget(tiny_config):
     """The answer fits and one more unit does not: both checked by their own dry runs."""
     workload = Workload(f"hf:{tiny_config('llama')}", batch=1, size=256, precision="bf16")
     model = build_model(workload)
-    strategy = Strategy("every-block")
+    strategy = parse_strategy("every-block")
     budget = train_step(model, workload.with_size(size=1024), strategy).peak_bytes + 1000
     best, trials = largest_fit(model, workload, strategy, budget, max_size=4096)
     assert best >= 1024 and trials >= 3
@@ -209,7 +210,7 @@ def test_estimate_table_says_what_ran(tiny_config):
     card = parse_card("1GB", "10%")
     result = estimate(
         workload,
-        [Strategy("none"), Strategy("every-block"), Strategy("offload")],
+        [parse_strategy("none"), parse_strategy("every-block"), parse_strategy("offload")],
         card,
         max_size=256,
     )
@@ -226,7 +227,7 @@ def test_the_table_shows_allocated_and_reserved_and_fits_by_the_replay(tiny_conf
     ``fits`` is the replay's answer for the card's budget, with the margin it leaves."""
     workload = Workload(f"hf:{tiny_config('llama')}", batch=1, size=64, precision="bf16")
     roomy = parse_card("1GB", gpu="h100")
-    result = estimate(workload, [Strategy("none")], roomy, search=False)
+    result = estimate(workload, [parse_strategy("none")], roomy, search=False)
     (row,) = result.rows
     assert row.report is not None and row.allocator is not None
     predicted = row.allocator
@@ -239,7 +240,7 @@ def test_the_table_shows_allocated_and_reserved_and_fits_by_the_replay(tiny_conf
     assert "H100" in estimate_table(result) and "quoted, not measured" in estimate_table(result)
     # a budget of exactly the allocated peak holds the tensors but not the segments around them
     tight = Card("tight", predicted.max_allocated_bytes + roomy.context_bytes, gpu="h100")
-    (tight_row,) = estimate(workload, [Strategy("none")], tight, search=False).rows
+    (tight_row,) = estimate(workload, [parse_strategy("none")], tight, search=False).rows
     assert tight_row.report is not None and tight_row.report.peak_bytes <= tight.budget_bytes
     assert not tight_row.fits and tight_row.allocator is not None
     assert tight_row.allocator.margin_bytes is not None and tight_row.allocator.margin_bytes < 0

@@ -10,7 +10,7 @@ import torch
 from tutorial_utils.__main__ import main
 from tutorial_utils.estimate.card import parse_card
 from tutorial_utils.estimate.estimator import Workload, estimate
-from tutorial_utils.estimate.strategies import Strategy
+from tutorial_utils.estimate.strategies import parse_strategy
 from tutorial_utils.gpu_check.kernels import KERNEL_COLUMNS, compare_call, kernel_failures
 from tutorial_utils.measurement.gpu_attention import (
     AttentionCall,
@@ -156,7 +156,9 @@ def test_t4_and_h100_rows_differ_and_name_their_kernels(tiny_llama, capsys) -> N
 def test_predicted_time_grows_with_recompute(tiny_llama) -> None:
     workload = Workload(f"hf:{tiny_llama}", size=128, precision="bf16")
     card = parse_card(None, gpu="h100")
-    result = estimate(workload, [Strategy("none"), Strategy("every-block")], card, search=False)
+    result = estimate(
+        workload, [parse_strategy("none"), parse_strategy("every-block")], card, search=False
+    )
     none, every = (row.gpu for row in result.rows)
     assert none is not None and every is not None
     assert none.predicted_seconds is not None and every.predicted_seconds is not None
@@ -172,7 +174,7 @@ def test_a_t4_keeps_more_than_an_h100_for_the_same_model(tiny_llama) -> None:
     kept = {}
     for gpu in ("t4", "h100"):
         (row,) = estimate(
-            workload, [Strategy("none")], parse_card("8GB", gpu=gpu), search=False
+            workload, [parse_strategy("none")], parse_card("8GB", gpu=gpu), search=False
         ).rows
         assert row.report is not None
         kept[gpu] = row.report.activation_peak_bytes

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from tutorial_utils.checkpointing.strategy import equal_segments
 from tutorial_utils.measurement.gradients import (
     compare_gradients,
     gradients_identical,
@@ -18,8 +19,8 @@ def test_checkpointed_gradients_equal_the_plain_ones() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(*(nn.Sequential(nn.Linear(8, 8), nn.Tanh()) for _ in range(4)))
     inputs = torch.randn(5, 8)
-    plain = parameter_gradients(model, inputs, 0)
-    checkpointed = parameter_gradients(model, inputs, 2)
+    plain = parameter_gradients(model, inputs)
+    checkpointed = parameter_gradients(model, inputs, equal_segments(2))
     row = compare_gradients(plain, checkpointed)
     assert row["parameters"] == 8 and row["close"] and row["max_difference"] < 1e-6
 

@@ -11,7 +11,7 @@ import torch.nn as nn
 
 from tutorial_utils.articles.experiments import adam_optimizer
 from tutorial_utils.articles.models import NetA, neta_as_sequential, vgg16_classifier
-from tutorial_utils.checkpointing.selective import SelectiveCheckpoint
+from tutorial_utils.checkpointing.strategy import equal_segments, scheduled, selective
 from tutorial_utils.measurement.dry_run import build_on_meta, meta_copy
 from tutorial_utils.measurement.step import measure_step
 from tutorial_utils.planning.budget import plan_checkpoints
@@ -61,10 +61,11 @@ def test_no_strategy_goes_below_the_floor_for_vgg16_at_224_px(vgg_at_article_siz
     model, (inputs, targets) = vgg_at_article_size
     floor = peak_floor(model, inputs, targets)
     plan = plan_checkpoints(model, inputs)
-    strategies = [*range(0, len(model) + 1, 3), plan, SelectiveCheckpoint(4)]
+    strategies = [equal_segments(k) for k in range(0, len(model) + 1, 3)]
+    strategies += [scheduled(plan), selective(regions=4)]
     peaks, optimizer_peaks = [], set()
-    for segments in strategies:
-        report = measure_step(model, inputs, targets, segments)
+    for strategy in strategies:
+        report = measure_step(model, inputs, targets, strategy)
         peaks.append(report.peak_bytes)
         optimizer_peaks.add(report.phase_peak_bytes["optimizer"])
     assert min(peaks) >= floor.floor_bytes
@@ -78,9 +79,10 @@ def test_planned_least_peak_beats_every_uniform_split_at_the_article_size(vgg_at
     model, (inputs, targets) = vgg_at_article_size
     plan = plan_checkpoints(model, inputs)
     assert plan.recompute_seconds is None and plan.recompute_flops > 0
-    planned = measure_step(model, inputs, targets, plan)
+    planned = measure_step(model, inputs, targets, scheduled(plan))
     uniform = min(
-        measure_step(model, inputs, targets, k).peak_bytes for k in range(2, len(model) + 1)
+        measure_step(model, inputs, targets, equal_segments(k)).peak_bytes
+        for k in range(2, len(model) + 1)
     )
     assert planned.peak_bytes < 0.9 * uniform
 
@@ -176,8 +178,8 @@ def test_exhaustive_search_never_goes_below_the_measured_floor(kind):
     inputs, targets = _meta_batch(shape)
     floor = peak_floor(model, inputs, targets)
     profile = profile_sequential(model, inputs)
-    strategies = [evaluate_plan(profile, b) for b in every_one_level_plan(len(model))]
-    strategies += [SelectiveCheckpoint(k) for k in (1, 2)]
+    strategies = [scheduled(evaluate_plan(profile, b)) for b in every_one_level_plan(len(model))]
+    strategies += [selective(regions=k) for k in (1, 2)]
     peaks = []
     for strategy in strategies:
         try:

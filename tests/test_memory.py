@@ -10,10 +10,11 @@ import torch.nn as nn
 from torch.utils.checkpoint import checkpoint_sequential
 
 from tutorial_utils.articles.models import NetA
+from tutorial_utils.checkpointing.strategy import equal_segments
 from tutorial_utils.measurement import nvml
 from tutorial_utils.measurement.batch_search import find_max_batch_size
 from tutorial_utils.measurement.nvml import cuda_memory_figures, nvml_used_mib
-from tutorial_utils.measurement.step import measure_step, sweep_segments
+from tutorial_utils.measurement.step import measure_step, sweep_strategies
 from tutorial_utils.measurement.tracker import CATEGORIES, MemoryLimitExceeded, TensorMemoryTracker
 
 N_BLOCKS, BATCH, WIDTH = 64, 1024, 32  # activations dominate: BATCH >> WIDTH
@@ -45,7 +46,7 @@ def plain_and_checkpointed():
     reports = {}
     for count in (0, segments):
         model = linear_chain()
-        reports[count] = measure_step(model, inputs, targets, segments=count)
+        reports[count] = measure_step(model, inputs, targets, strategy=equal_segments(count))
     return reports, segments
 
 
@@ -152,16 +153,19 @@ def test_views_and_in_place_ops_add_no_storage():
 
 def test_sweep_reports_ratios_to_no_checkpointing():
     inputs, targets = chain_batch(batch=256)
-    records = sweep_segments(linear_chain(16), inputs, targets, [0, 2, 4])
-    assert [r.segments for r in records] == [0, 2, 4]
+    splits = [equal_segments(k) for k in (0, 2, 4)]
+    records = sweep_strategies(linear_chain(16), inputs, targets, splits)
+    assert [r.strategy for r in records] == splits
     assert records[0].peak_ratio == 1.0 and records[0].time_ratio == 1.0
     assert records[2].peak_ratio < 1.0
     assert all(r.seconds > 0 for r in records)
 
 
 def test_measure_step_refuses_segments_for_a_self_checkpointing_module():
-    with pytest.raises(ValueError, match="segments=0"):
-        measure_step(NetA(), torch.randn(2, 3, 32, 32), torch.tensor([0, 1]), segments=2)
+    with pytest.raises(ValueError, match="NO_CHECKPOINTING for a model that checkpoints itself"):
+        measure_step(
+            NetA(), torch.randn(2, 3, 32, 32), torch.tensor([0, 1]), strategy=equal_segments(2)
+        )
 
 
 def test_checkpointed_neta_fits_a_larger_batch_under_one_budget():

@@ -13,7 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from tutorial_utils.checkpointing.batchnorm import running_stats
-from tutorial_utils.checkpointing.segments import forward_segments
+from tutorial_utils.checkpointing.strategy import NO_CHECKPOINTING, scheduled
 from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step, meta_copy
 from tutorial_utils.planning.budget import plan_checkpoints
 from tutorial_utils.planning.nested import (
@@ -26,7 +26,7 @@ from tutorial_utils.planning.nested import (
 )
 from tutorial_utils.planning.planner import plan_from_profile
 from tutorial_utils.planning.profile import LayerCost, ModelProfile, profile_sequential
-from tutorial_utils.planning.strategies import measure_strategies, strategy_menu
+from tutorial_utils.planning.strategies import family, measure_strategies, strategy_menu
 
 KIB = 1024
 
@@ -134,10 +134,10 @@ def test_a_nested_plan_gives_the_plain_gradients_and_batchnorm_statistics():
     plan = nested_from_profile(profile)  # least peak: nests as deep as it pays
     assert plan.depth >= 2
     results = []
-    for segments in (0, plan):
+    for strategy in (NO_CHECKPOINTING, scheduled(plan)):
         probe = copy.deepcopy(model).train()
         torch.manual_seed(1)
-        F.cross_entropy(forward_segments(probe, x, segments), y).backward()
+        F.cross_entropy(strategy.run(probe, x), y).backward()
         results.append(([p.grad for p in probe.parameters()], running_stats(probe)))
     (plain_grads, plain_stats), (nested_grads, nested_stats) = results
     assert all(
@@ -155,7 +155,7 @@ def test_plan_checkpoints_nested_keeps_its_budget_as_measured():
     plan = plan_checkpoints(model, x, budget, nested=True)
     assert plan.depth >= 2
     assert plan.measured_peak_bytes <= budget
-    report = dry_run_step(model, (256, 64), segments=plan)
+    report = dry_run_step(model, (256, 64), scheduled(plan))
     assert report.peak_bytes >= plan.measured_peak_bytes  # the step adds optimizer state
     with pytest.raises(ValueError, match="raise the budget"):
         plan_checkpoints(model, x, 1, nested=True)
@@ -167,7 +167,7 @@ def test_the_strategy_menu_lists_nested_plans_only_where_they_nest():
     model = build_on_meta(lambda: _deep_chain(16, 64))
     x = torch.empty(256, 64, device="meta")
     menu = strategy_menu(model, x, uniform_counts=[4], nested_fractions=(0.0, 0.5))
-    nested = [s.segments for s in menu if s.kind == "nested"]
+    nested = [s.schedule for s in menu if family(s, len(model)) == "nested"]
     assert nested and all(max(plan.runs) > 2 for plan in nested)
     peaks = {
         row["checkpointing"]: row["tracked_peak_mib"]
@@ -193,8 +193,8 @@ def test_nested_meets_the_goal_on_the_deep_tanh_chain():
         profile, max_recompute=one_level.recompute_flops + forward, max_bytes=one_level_peak
     )
     assert plan.recompute_flops <= one_level.recompute_flops + forward
-    one = dry_run_step(model, (4096, 256), segments=one_level).activation_peak_bytes
-    nested = dry_run_step(model, (4096, 256), segments=plan).activation_peak_bytes
+    one = dry_run_step(model, (4096, 256), scheduled(one_level)).activation_peak_bytes
+    nested = dry_run_step(model, (4096, 256), scheduled(plan)).activation_peak_bytes
     assert nested <= 0.6 * one
 
 

@@ -4,12 +4,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from tutorial_utils.articles.models import NetA, neta_as_sequential, vgg16_classifier
-from tutorial_utils.checkpointing.segments import forward_segments
-from tutorial_utils.checkpointing.selective import (
-    EXPENSIVE_OPS,
-    OffloadedActivations,
-    SelectiveCheckpoint,
-    save_expensive_ops_policy,
+from tutorial_utils.checkpointing.selective import EXPENSIVE_OPS, saving_policy
+from tutorial_utils.checkpointing.strategy import (
+    NO_CHECKPOINTING,
+    Strategy,
+    equal_segments,
+    offloaded,
+    scheduled,
+    selective,
 )
 from tutorial_utils.lessons.choosing_what_to_checkpoint import (
     BudgetExplorer,
@@ -17,7 +19,7 @@ from tutorial_utils.lessons.choosing_what_to_checkpoint import (
     strategy_table,
 )
 from tutorial_utils.measurement.dry_run import build_on_meta
-from tutorial_utils.measurement.step import measure_step, sweep_segments
+from tutorial_utils.measurement.step import measure_step, sweep_strategies
 from tutorial_utils.measurement.tracker import TensorMemoryTracker
 from tutorial_utils.planning.budget import measured_plan_peak, plan_checkpoints
 from tutorial_utils.planning.planner import (
@@ -36,11 +38,11 @@ aten = torch.ops.aten
 TOLERANCE = 0.15
 
 
-def tracked_step(model: nn.Sequential, x, y, segments, optimizer) -> TensorMemoryTracker:
+def tracked_step(model: nn.Sequential, x, y, strategy: Strategy, optimizer) -> TensorMemoryTracker:
     """One training step under the tracker; gradients start as None, as after zero_grad()."""
     optimizer.zero_grad(set_to_none=True)
     with TensorMemoryTracker(model, optimizer, inputs=(x, y)) as tracker:
-        loss = F.cross_entropy(forward_segments(model, x, segments), y)
+        loss = F.cross_entropy(strategy.run(model, x), y)
         loss.backward()
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -99,7 +101,7 @@ def test_predicted_peak_is_within_15_percent_of_the_tracked_peak(chain):
     least = plan_from_profile(profile)
     plans = [least] + [plan for segments, plan in iter_uniform_plans(profile) if segments <= 8]
     for plan in plans:
-        tracker = tracked_step(model, x, y, plan, optimizer)
+        tracker = tracked_step(model, x, y, scheduled(plan), optimizer)
         assert tracker.baseline_bytes == plan.baseline_bytes + y.numel() * 8  # + the targets
         predicted = above_baseline(plan.predicted_peak_bytes, plan.baseline_bytes)
         tracked = above_baseline(tracker.peak_bytes, tracker.baseline_bytes)
@@ -148,8 +150,8 @@ def test_plan_forward_gives_the_plain_gradients_with_dropout(chain):
     plan = plan_checkpoints(model, x)
     assert isinstance(plan, Plan) and plan.checkpointed_segments >= 1
     plain = gradients(lambda: model(x))
-    for strategy in (plan, SelectiveCheckpoint(3)):
-        checkpointed = gradients(lambda s=strategy: forward_segments(model, x, s))
+    for strategy in (scheduled(plan), selective(regions=3)):
+        checkpointed = gradients(lambda s=strategy: s.run(model, x))
         assert checkpointed.keys() == plain.keys(), "every parameter receives a gradient"
         for name, grad in plain.items():
             assert torch.allclose(checkpointed[name], grad, rtol=1e-4, atol=1e-6), name
@@ -172,15 +174,16 @@ def test_plan_reads_as_one_line_and_as_a_table(chain):
     assert "checkpointed" in table and "Conv2d" in table and "optimizer state" in table
 
 
-def test_measure_step_and_sweep_segments_accept_plans(chain):
+def test_measure_step_and_sweep_strategies_accept_plans(chain):
     model, x, y = chain
     plan = plan_checkpoints(model, x)
-    report = measure_step(model, x, y, segments=plan, time_step=False)
+    report = measure_step(model, x, y, scheduled(plan), time_step=False)
     constant = plan.baseline_bytes + report.breakdown["optimizer_state"]  # SGD momentum
     predicted = plan.predicted_peak_bytes - plan.baseline_bytes
     assert abs(predicted - (report.peak_bytes - constant)) <= TOLERANCE * predicted
-    records = sweep_segments(model, x, y, [0, plan, SelectiveCheckpoint(3)])
-    assert [r.segments for r in records][1:] == [plan, SelectiveCheckpoint(3)]
+    strategies = [NO_CHECKPOINTING, scheduled(plan), selective(regions=3)]
+    records = sweep_strategies(model, x, y, strategies)
+    assert [r.strategy for r in records] == strategies
     assert records[1].peak_bytes < records[0].peak_bytes
 
 
@@ -196,7 +199,7 @@ def test_train_model_accepts_a_plan(chain):
         batches,
         batches,
         epochs=1,
-        segments=plan,
+        strategy=scheduled(plan),
         device="cpu",
         progress=False,
         evaluate_train=False,
@@ -220,17 +223,20 @@ def test_least_peak_plan_beats_every_uniform_split_on_flat_vgg16():
     y = torch.empty(1, dtype=torch.long, device="meta")
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     plan = plan_checkpoints(model, x)
-    planned = tracked_step(model, x, y, plan, optimizer).peak_bytes
-    uniform = {s: tracked_step(model, x, y, s, optimizer).peak_bytes for s in range(2, 41)}
+    planned = tracked_step(model, x, y, scheduled(plan), optimizer).peak_bytes
+    uniform = {
+        s: tracked_step(model, x, y, equal_segments(s), optimizer).peak_bytes for s in range(2, 41)
+    }
     best_segments = min(uniform, key=uniform.get)
     assert planned < uniform[best_segments], (str(plan), best_segments, uniform[best_segments])
     assert abs(plan.predicted_peak_bytes - planned) <= TOLERANCE * planned
 
 
 def test_selective_policy_keeps_expensive_outputs_only():
-    assert save_expensive_ops_policy(None, aten.convolution.default).name == "MUST_SAVE"
-    assert save_expensive_ops_policy(None, aten.addmm.default).name == "MUST_SAVE"
-    assert save_expensive_ops_policy(None, aten.relu.default).name == "PREFER_RECOMPUTE"
+    policy = saving_policy(EXPENSIVE_OPS)
+    assert policy(None, aten.convolution.default).name == "MUST_SAVE"
+    assert policy(None, aten.addmm.default).name == "MUST_SAVE"
+    assert policy(None, aten.relu.default).name == "PREFER_RECOMPUTE"
     assert aten.native_batch_norm.default not in EXPENSIVE_OPS
 
 
@@ -239,13 +245,13 @@ def test_selective_checkpointing_on_neta_saves_memory_and_refuses_reentrant():
     model = neta_as_sequential(NetA()).train()
     x, y = torch.randn(8, 3, 32, 32), torch.randint(0, 10, (8,))
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-    plain = tracked_step(model, x, y, 0, optimizer)
-    selective = tracked_step(model, x, y, SelectiveCheckpoint(5), optimizer)
-    assert selective.peak_bytes < plain.peak_bytes
+    plain = tracked_step(model, x, y, NO_CHECKPOINTING, optimizer)
+    kept = tracked_step(model, x, y, selective(regions=5), optimizer)
+    assert kept.peak_bytes < plain.peak_bytes
     with pytest.raises(ValueError, match="use_reentrant=False"):
-        SelectiveCheckpoint(5).forward(model, x, use_reentrant=True)
-    with pytest.raises(ValueError, match="segments in 1"):
-        SelectiveCheckpoint(0).forward(model, x)
+        selective(regions=5, use_reentrant=True)
+    with pytest.raises(ValueError, match="regions=k"):
+        selective().run(model, x)
 
 
 def test_neta_as_sequential_computes_netas_function():
@@ -257,8 +263,8 @@ def test_neta_as_sequential_computes_netas_function():
 
 def test_offloading_says_it_needs_cuda_on_the_cpu():
     model = nn.Sequential(nn.Linear(4, 4))
-    with pytest.raises(ValueError, match="run on CUDA"):
-        forward_segments(model, torch.randn(2, 4), OffloadedActivations())
+    with pytest.raises(ValueError, match="run it on CUDA"):
+        offloaded().run(model, torch.randn(2, 4))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="offloading needs a CUDA device")
@@ -269,7 +275,7 @@ def test_offloading_on_cuda_gives_the_plain_gradients():
     model(x).sum().backward()
     plain = [p.grad.clone() for p in model.parameters()]
     model.zero_grad(set_to_none=True)
-    forward_segments(model, x, OffloadedActivations()).sum().backward()
+    offloaded().run(model, x).sum().backward()
     for grad, p in zip(plain, model.parameters(), strict=True):
         assert torch.allclose(p.grad, grad, rtol=1e-4, atol=1e-5)
 
@@ -345,10 +351,10 @@ def test_dry_run_rows_get_flop_columns_key_rows_and_a_floor_table():
     table = strategy_table(rows).splitlines()
     assert table[0].startswith("dry run (meta device)") and "GFLOP" in table[1]
     shown = key_rows(rows)
-    uniform_shown = [row for row in shown if row["kind"] == "uniform"]
+    uniform_shown = [row for row in shown if row["family"] == "uniform"]
     assert len(uniform_shown) == 1  # only the best uniform split, not all of them
     assert uniform_shown[0]["tracked_peak_mib"] == min(
-        row["tracked_peak_mib"] for row in rows if row["kind"] == "uniform"
+        row["tracked_peak_mib"] for row in rows if row["family"] == "uniform"
     )
     floor = peak_floor(model, inputs, targets)
     text = floor_table(rows, floor)
@@ -450,8 +456,13 @@ def test_prediction_errors_read_measured_medians_against_flops_and_the_roofline(
 def test_above_none_names_the_strategies_whose_peak_exceeds_no_checkpointing():
     from tutorial_utils.lessons.choosing_what_to_checkpoint import above_none
 
-    def row(name, kind, peak, flops):
-        return {"checkpointing": name, "kind": kind, "tracked_peak_mib": peak, "flops_ratio": flops}
+    def row(name, family, peak, flops):
+        return {
+            "checkpointing": name,
+            "family": family,
+            "tracked_peak_mib": peak,
+            "flops_ratio": flops,
+        }
 
     rows = [row("none", "none", 100.0, 1.0), row("uniform 2", "uniform", 80.0, 1.2),
             row("uniform 30", "uniform", 150.0, 1.0)]  # fmt: skip

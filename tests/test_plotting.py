@@ -8,13 +8,14 @@ import torch
 import torch.nn as nn
 from matplotlib.figure import Figure
 
+from tutorial_utils.checkpointing.strategy import equal_segments
 from tutorial_utils.display.figure_check import figure_problems
 from tutorial_utils.display.plotting import (
     plot_breakdown,
     plot_histories,
     plot_segment_sweep,
 )
-from tutorial_utils.measurement.step import measure_step, sweep_segments
+from tutorial_utils.measurement.step import measure_step, sweep_strategies
 from tutorial_utils.training.loop import EpochRecord, History
 
 matplotlib.use("Agg")
@@ -43,7 +44,9 @@ def assert_labelled(figure: Figure) -> None:
 
 def test_breakdown():
     inputs, targets = batch()
-    reports = {f"segments={s}": measure_step(chain(), inputs, targets, s) for s in (0, 4)}
+    reports = {
+        f"segments={s}": measure_step(chain(), inputs, targets, equal_segments(s)) for s in (0, 4)
+    }
     figure = plot_breakdown(reports)
     assert_labelled(figure)
     assert len(figure.axes[0].patches) == 4 * len(reports)  # one stacked piece per category
@@ -51,7 +54,7 @@ def test_breakdown():
 
 def test_segment_sweep_marks_sqrt_n():
     model = chain()
-    records = sweep_segments(model, *batch(), [0, 2, 4])
+    records = sweep_strategies(model, *batch(), [equal_segments(k) for k in (0, 2, 4)])
     figure = plot_segment_sweep(records, n_modules=len(model))
     assert_labelled(figure)
     assert len(figure.axes) == 3  # memory and time axes, and the activation panel
@@ -92,7 +95,9 @@ def test_step_timelines_stack_categories_and_mark_phases():
     model = chain()
     inputs, targets = batch()
     reports = {
-        f"segments={s}": measure_step(model, inputs, targets, s, record_timeline=True)
+        f"segments={s}": measure_step(
+            model, inputs, targets, equal_segments(s), record_timeline=True
+        )
         for s in (0, 4)
     }
     figure = plot_step_timelines(reports)
@@ -104,6 +109,6 @@ def test_step_timelines_stack_categories_and_mark_phases():
     assert "phase: recompute" in legend and "optimizer state" in legend
     figure.canvas.draw()
     with pytest.raises(ValueError, match="record_timeline=True"):
-        plot_step_timelines({"plain": measure_step(model, inputs, targets, 0)})
+        plot_step_timelines({"plain": measure_step(model, inputs, targets)})
     with pytest.raises(ValueError, match="empty"):
         plot_step_timelines({})

@@ -20,9 +20,18 @@ def test_every_name_in_all_resolves_to_the_object_of_its_module() -> None:
 
 
 def test_the_return_types_and_the_strategy_protocol_are_public() -> None:
-    wanted = {"StepReport", "Plan", "PeakFloor", "MaxBatchResult", "CheckpointStrategy", "Segments"}
-    parts = {"CudaReadings", "NvmlReading", "MpsReadings", "OptimizerFactory", "EqualSegments"}
-    assert wanted | parts | {"checkpointed_blocks"} <= set(tutorial_utils.__all__)
+    wanted = {"StepReport", "Plan", "PeakFloor", "MaxBatchResult", "Strategy", "StrategyKind"}
+    wanted |= {"equal_segments", "every_nth_block", "selective", "offloaded", "scheduled"}
+    parts = {
+        "CudaReadings",
+        "NvmlReading",
+        "MpsReadings",
+        "OptimizerFactory",
+        "checkpointed_blocks",
+    }
+    assert wanted | parts <= set(tutorial_utils.__all__)
+    gone = {"CheckpointStrategy", "Segments", "EqualSegments", "forward_segments", "sweep_segments"}
+    assert not gone & set(tutorial_utils.__all__)
 
 
 def _package_classes(annotation: object) -> Iterator[type]:
@@ -60,7 +69,7 @@ def test_every_class_a_public_function_returns_is_exported() -> None:
 
 def test_the_return_type_walk_sees_a_class_inside_a_container() -> None:
     """The walk looks inside ``list[...]`` and unions: a class returned there counts too."""
-    hints = typing.get_type_hints(tutorial_utils.sweep_segments)
+    hints = typing.get_type_hints(tutorial_utils.sweep_strategies)
     assert tutorial_utils.SweepRecord in set(_package_classes(hints["return"]))
     plan = typing.get_type_hints(tutorial_utils.plan_checkpoints)["return"]
     assert set(_package_classes(plan)) == {tutorial_utils.Plan, tutorial_utils.NestedPlan}

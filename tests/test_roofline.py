@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from tutorial_utils.checkpointing.selective import SelectiveCheckpoint
+from tutorial_utils.checkpointing.strategy import NO_CHECKPOINTING, equal_segments, selective
 from tutorial_utils.planning.roofline import (
     Machine,
     RooflineCounter,
@@ -43,7 +43,9 @@ def test_selective_checkpointing_is_not_predicted_free():
     )  # fmt: skip
     x, y = torch.empty(8, 3, 32, 32, device="meta"), torch.zeros(8, dtype=torch.long)
     ratios = roofline_ratios(
-        model, x, y.to("meta"), {"none": 0, "3 segments": 3, "selective": SelectiveCheckpoint(3)},
+        model, x, y.to("meta"),
+        {"none": NO_CHECKPOINTING, "3 segments": equal_segments(3),
+         "selective": selective(regions=3)},
         QUOTED,
     )  # fmt: skip
     assert ratios["none"] == 1.0

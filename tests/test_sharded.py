@@ -33,7 +33,7 @@ from tutorial_utils.estimate.sharded import (
     estimate_rank,
     rank_step,
 )
-from tutorial_utils.estimate.strategies import Strategy
+from tutorial_utils.estimate.strategies import parse_strategy
 from tutorial_utils.measurement.fake_ranks import fake_ranks
 from tutorial_utils.measurement.step import next_token_loss
 
@@ -235,7 +235,7 @@ def test_fsdp2_prediction_equals_pytorchs_fsdp_mem_tracker():
     assert predict("fsdp2", checkpointed=False).forward_backward_peak_bytes == theirs
 
 
-@pytest.mark.parametrize("strategy", [Strategy("none"), Strategy("every-block")])
+@pytest.mark.parametrize("strategy", [parse_strategy("none"), parse_strategy("every-block")])
 def test_a_transformers_models_prediction_equals_fsdp_mem_tracker(tmp_path, strategy):
     """A Llama from its config through the command's path (its own checkpointing call, its
     decoder layers sharded one by one): FSDPMemTracker's peak to the byte."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tutorial_utils.checkpointing.strategy import equal_segments
 from tutorial_utils.display.tables import text_table
 from tutorial_utils.lessons.toy_summation_graph import (
     article_tree,
@@ -13,7 +14,7 @@ from tutorial_utils.lessons.toy_summation_graph import (
     optimal_k,
     tables,
 )
-from tutorial_utils.measurement.step import sweep_segments
+from tutorial_utils.measurement.step import sweep_strategies
 
 
 def test_text_table_aligns_columns_and_refuses_ragged_rows() -> None:
@@ -45,7 +46,8 @@ def test_the_measured_tables_show_each_record() -> None:
     chain = equal_blocks_chain(4, 8)
     inputs, targets = torch.randn(4, 8), torch.randint(0, 8, (4,))
     unit = inputs.numel() * inputs.element_size()
-    records = sweep_segments(chain, inputs, targets, (0, 2), device="cpu")
+    splits = [equal_segments(0), equal_segments(2)]
+    records = sweep_strategies(chain, inputs, targets, splits, device="cpu")
     table = tables.measured_vs_model_table(compare_with_model(records, 4, unit), records)
     assert [line.split()[0] for line in table.splitlines()[1:]] == ["0", "2"]
     no_grad = tables.no_grad_table(chain, inputs, 2, unit).splitlines()

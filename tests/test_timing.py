@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from tutorial_utils.measurement.step import measure_step, sweep_segments
+from tutorial_utils.checkpointing.strategy import NO_CHECKPOINTING, equal_segments
+from tutorial_utils.measurement.step import measure_step, sweep_strategies
 from tutorial_utils.measurement.timing import Timing, time_interleaved, time_repeats, time_verdict
 
 
@@ -70,8 +71,10 @@ def test_a_sweep_times_every_count_with_its_repeats() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(*[nn.Sequential(nn.Linear(16, 16), nn.ReLU()) for _ in range(4)])
     inputs, targets = torch.randn(8, 16), torch.randint(0, 16, (8,))
-    records = sweep_segments(model, inputs, targets, [0, 2], repeats=3)
+    splits = [NO_CHECKPOINTING, equal_segments(2)]
+    records = sweep_strategies(model, inputs, targets, splits, repeats=3)
     assert [r.timing.repeats for r in records] == [3, 3]
     assert all(r.seconds == r.timing.fastest for r in records)
     assert records[1].time_ratio == records[1].seconds / records[0].seconds
-    assert all(r.timing is None for r in sweep_segments(model, inputs, targets, [0], device="meta"))
+    dry = sweep_strategies(model, inputs, targets, [NO_CHECKPOINTING], device="meta")
+    assert all(r.timing is None for r in dry)

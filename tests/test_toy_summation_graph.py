@@ -8,6 +8,7 @@ from matplotlib.figure import Figure
 
 from tutorial_utils import plan_checkpoints
 from tutorial_utils.checkpointing.segments import segment_boundaries
+from tutorial_utils.checkpointing.strategy import equal_segments
 from tutorial_utils.lessons.toy_summation_graph import (
     CONVENTIONS,
     ORDERS,
@@ -40,7 +41,7 @@ from tutorial_utils.lessons.toy_summation_graph import (
     schedules_table,
     sequential_cost,
 )
-from tutorial_utils.measurement.step import sweep_segments
+from tutorial_utils.measurement.step import sweep_strategies
 
 
 def brute_force_peak(tree: SummationTree, order: list[int], free: bool, up_front: bool) -> int:
@@ -286,7 +287,8 @@ def test_equal_blocks_chain_has_one_module_per_block():
 
 def test_measured_activations_follow_the_chain_model_up_to_a_constant(small_chain):
     model, inputs, targets, unit_bytes = small_chain
-    records = sweep_segments(model, inputs, targets, [0, 2, 4, 8])
+    splits = [equal_segments(k) for k in (0, 2, 4, 8)]
+    records = sweep_strategies(model, inputs, targets, splits)
     comparisons = compare_with_model(records, len(model), unit_bytes)
     assert [c.model_units for c in comparisons] == [
         sequential_cost(len(model), c.segments).peak_activations for c in comparisons

@@ -10,6 +10,7 @@ import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from tutorial_utils.articles.models import NetA
+from tutorial_utils.checkpointing.strategy import equal_segments
 from tutorial_utils.training import loop
 from tutorial_utils.training.loop import atomic_save, train_model
 
@@ -33,7 +34,7 @@ def tiny_model() -> nn.Sequential:
     return nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Dropout(0.1), nn.Linear(16, 2))
 
 
-def run(model, epochs, checkpoint_dir=None, segments=0, lines=None, **kwargs):
+def run(model, epochs, checkpoint_dir=None, strategy=None, lines=None, **kwargs):
     train, val = tiny_problem()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     torch.manual_seed(1)
@@ -44,7 +45,7 @@ def run(model, epochs, checkpoint_dir=None, segments=0, lines=None, **kwargs):
         train,
         val,
         epochs=epochs,
-        segments=segments,
+        strategy=strategy,
         checkpoint_dir=checkpoint_dir,
         progress=False,
         log=(lines.append if lines is not None else None),
@@ -54,7 +55,9 @@ def run(model, epochs, checkpoint_dir=None, segments=0, lines=None, **kwargs):
 
 def test_one_loop_logs_the_article_line_and_records_every_epoch(tmp_path):
     lines: list[str] = []
-    history = run(tiny_model(), 2, tmp_path / "ckpt", segments=2, lines=lines, track_memory=True)
+    history = run(
+        tiny_model(), 2, tmp_path / "ckpt", equal_segments(2), lines=lines, track_memory=True
+    )
     assert [r.epoch for r in history.records] == [0, 1]
     epoch_lines = [line for line in lines if ARTICLE_LINE.match(line)]
     assert [int(ARTICLE_LINE.match(line).group(1)) for line in epoch_lines] == [0, 1]
@@ -130,7 +133,7 @@ def test_test_model_is_a_true_per_sample_mean_with_uneven_batches():
 def test_segments_on_a_model_that_checkpoints_itself_is_a_clear_error():
     train, val = tiny_problem()
     model = NetA(use_checkpoint=True)
-    with pytest.raises(ValueError, match="pass segments=0"):
+    with pytest.raises(ValueError, match="NO_CHECKPOINTING for a model that checkpoints itself"):
         train_model(
             model,
             nn.CrossEntropyLoss(),
@@ -138,7 +141,7 @@ def test_segments_on_a_model_that_checkpoints_itself_is_a_clear_error():
             train,
             val,
             1,
-            segments=2,
+            strategy=equal_segments(2),
             progress=False,
         )
 

@@ -7,6 +7,7 @@ import torch
 import torch.nn as nn
 
 from tutorial_utils.articles.models import vgg16_classifier
+from tutorial_utils.checkpointing.strategy import equal_segments
 from tutorial_utils.lessons import vgg16_dogcat
 from tutorial_utils.measurement.gradients import max_difference, parameter_gradients
 from tutorial_utils.training.loop import EpochRecord, History
@@ -125,7 +126,7 @@ def test_article_layout_split_saves_almost_nothing_measured_by_dry_run() -> None
 def test_flat_layout_best_split_and_table_at_224_px() -> None:
     records = vgg16_dogcat.dry_run_sweep(vgg16_classifier(layout="flat"), 64, [0, 2, 6, 40])
     best = vgg16_dogcat.best_uniform_split(records)
-    assert best.segments == 6 and best.peak_bytes < 0.85 * records[0].peak_bytes
+    assert best.strategy.segments == 6 and best.peak_bytes < 0.85 * records[0].peak_bytes
     assert records[-1].activation_peak_bytes > best.activation_peak_bytes  # too many segments
     table = vgg16_dogcat.format_sweep(records, chosen=6)
     assert "dry run (meta device)" in table and "GFLOP" in table and "<- chosen" in table
@@ -172,9 +173,9 @@ def test_dropout_gradients_match_only_with_the_rng_state_preserved() -> None:
     # 8 modules in 4 segments: the Dropout (module 6) is in the last; 8 segments checkpoint it
     assert vgg16_dogcat.dropout_segments(model, 4) == [(6, 8, False)]
     assert vgg16_dogcat.dropout_segments(model, 8) == [(6, 7, True)]
-    reference = parameter_gradients(model, INPUTS, 0, seed=3)
-    preserved = parameter_gradients(model, INPUTS, 8, seed=3)
-    fresh = parameter_gradients(model, INPUTS, 8, seed=3, preserve_rng_state=False)
+    reference = parameter_gradients(model, INPUTS, seed=3)
+    preserved = parameter_gradients(model, INPUTS, equal_segments(8), seed=3)
+    fresh = parameter_gradients(model, INPUTS, equal_segments(8, preserve_rng_state=False), seed=3)
     assert max_difference(reference, preserved) == 0.0
     assert max_difference(reference, fresh) > 0.0
 

@@ -82,10 +82,10 @@ def test_the_selective_label_says_what_its_policy_saves():
     block's and a transformer block's) and recomputes the rest, BatchNorm and ReLU included."""
     import torch
 
-    from tutorial_utils.estimate.strategies import Strategy
+    from tutorial_utils.estimate.strategies import parse_strategy
 
-    selective = Strategy("selective")
-    policy = selective.checkpoint_kwargs(autocast=None)["context_fn"].args[0]
+    selective = parse_strategy("selective")
+    policy = selective.checkpoint_kwargs()["context_fn"].args[0]
     aten = torch.ops.aten
     kept = (aten.convolution.default, aten.mm.default, aten.addmm.default, aten.bmm.default)
     recomputed = (aten.native_batch_norm.default, aten.relu.default)

@@ -5,11 +5,13 @@ README's "Use it on your own model" shows them at work), every type they return 
 with its device readings ``CudaReadings``, ``NvmlReading`` and ``MpsReadings``, ``SweepRecord``,
 ``MaxBatchResult`` and its ``BatchTrial``, ``Plan``, ``NestedPlan``, ``PeakFloor``, ``History``;
 ``tests/test_public_api.py`` fails on a returned class left out), the optimizer factory they all
-take (``OptimizerFactory``, default ``default_optimizer``) and what ``segments`` accepts
-(``Segments``: a count, ``EqualSegments``, or a ``CheckpointStrategy`` you implement;
-``checkpointed_blocks`` is the way in for a model that is not an ``nn.Sequential``). They are
-imported lazily, on first use, so ``python -m tutorial_utils --help`` answers before torch is
-loaded. The layers behind them are described in docs/ARCHITECTURE.md.
+take (``OptimizerFactory``, default ``default_optimizer``) and how to checkpoint: a ``Strategy``
+(``equal_segments(k)``, ``every_nth_block(n)``, ``selective(ops)``, ``offloaded()``,
+``scheduled(plan)``, ``NO_CHECKPOINTING``), which every step, sweep, search and loop takes as
+``strategy=`` and which ``strategy.applied(model)`` puts on any model (``checkpointed_blocks``
+wraps blocks you choose yourself). They are imported lazily, on first use, so
+``python -m tutorial_utils --help`` answers before torch is loaded. The layers behind them are
+described in docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations
@@ -22,12 +24,15 @@ if TYPE_CHECKING:  # what an IDE or a type checker sees; at run time the names l
         freeze_stats_during_recompute as freeze_stats_during_recompute,
     )
     from tutorial_utils.checkpointing.blocks import checkpointed_blocks as checkpointed_blocks
-    from tutorial_utils.checkpointing.segments import CheckpointStrategy as CheckpointStrategy
-    from tutorial_utils.checkpointing.segments import EqualSegments as EqualSegments
-    from tutorial_utils.checkpointing.segments import Segments as Segments
-    from tutorial_utils.checkpointing.segments import forward_segments as forward_segments
-    from tutorial_utils.checkpointing.selective import OffloadedActivations as OffloadedActivations
-    from tutorial_utils.checkpointing.selective import SelectiveCheckpoint as SelectiveCheckpoint
+    from tutorial_utils.checkpointing.strategy import NO_CHECKPOINTING as NO_CHECKPOINTING
+    from tutorial_utils.checkpointing.strategy import SequentialSchedule as SequentialSchedule
+    from tutorial_utils.checkpointing.strategy import Strategy as Strategy
+    from tutorial_utils.checkpointing.strategy import StrategyKind as StrategyKind
+    from tutorial_utils.checkpointing.strategy import equal_segments as equal_segments
+    from tutorial_utils.checkpointing.strategy import every_nth_block as every_nth_block
+    from tutorial_utils.checkpointing.strategy import offloaded as offloaded
+    from tutorial_utils.checkpointing.strategy import scheduled as scheduled
+    from tutorial_utils.checkpointing.strategy import selective as selective
     from tutorial_utils.measurement.batch_search import BatchTrial as BatchTrial
     from tutorial_utils.measurement.batch_search import MaxBatchResult as MaxBatchResult
     from tutorial_utils.measurement.batch_search import find_max_batch_size as find_max_batch_size
@@ -42,7 +47,7 @@ if TYPE_CHECKING:  # what an IDE or a type checker sees; at run time the names l
     from tutorial_utils.measurement.step import SweepRecord as SweepRecord
     from tutorial_utils.measurement.step import default_optimizer as default_optimizer
     from tutorial_utils.measurement.step import measure_step as measure_step
-    from tutorial_utils.measurement.step import sweep_segments as sweep_segments
+    from tutorial_utils.measurement.step import sweep_strategies as sweep_strategies
     from tutorial_utils.measurement.tracker import TensorMemoryTracker as TensorMemoryTracker
     from tutorial_utils.planning.budget import plan_checkpoints as plan_checkpoints
     from tutorial_utils.planning.limits import PeakFloor as PeakFloor
@@ -54,13 +59,16 @@ if TYPE_CHECKING:  # what an IDE or a type checker sees; at run time the names l
 
 _PUBLIC = {
     # mechanism
-    "forward_segments": "tutorial_utils.checkpointing.segments",
-    "Segments": "tutorial_utils.checkpointing.segments",
-    "CheckpointStrategy": "tutorial_utils.checkpointing.segments",
-    "EqualSegments": "tutorial_utils.checkpointing.segments",
+    "Strategy": "tutorial_utils.checkpointing.strategy",
+    "StrategyKind": "tutorial_utils.checkpointing.strategy",
+    "SequentialSchedule": "tutorial_utils.checkpointing.strategy",
+    "NO_CHECKPOINTING": "tutorial_utils.checkpointing.strategy",
+    "equal_segments": "tutorial_utils.checkpointing.strategy",
+    "every_nth_block": "tutorial_utils.checkpointing.strategy",
+    "selective": "tutorial_utils.checkpointing.strategy",
+    "offloaded": "tutorial_utils.checkpointing.strategy",
+    "scheduled": "tutorial_utils.checkpointing.strategy",
     "checkpointed_blocks": "tutorial_utils.checkpointing.blocks",
-    "SelectiveCheckpoint": "tutorial_utils.checkpointing.selective",
-    "OffloadedActivations": "tutorial_utils.checkpointing.selective",
     "freeze_stats_during_recompute": "tutorial_utils.checkpointing.batchnorm",
     # measurement
     "TensorMemoryTracker": "tutorial_utils.measurement.tracker",
@@ -71,7 +79,7 @@ _PUBLIC = {
     "OptimizerFactory": "tutorial_utils.measurement.step",
     "default_optimizer": "tutorial_utils.measurement.step",
     "measure_step": "tutorial_utils.measurement.step",
-    "sweep_segments": "tutorial_utils.measurement.step",
+    "sweep_strategies": "tutorial_utils.measurement.step",
     "SweepRecord": "tutorial_utils.measurement.step",
     "MaxBatchResult": "tutorial_utils.measurement.batch_search",
     "BatchTrial": "tutorial_utils.measurement.batch_search",

@@ -285,7 +285,7 @@ def run_train(args: argparse.Namespace) -> int:
         experiment.train_loader,
         experiment.val_loader,
         epochs=args.epochs or profile.epochs,
-        segments=experiment.segments,
+        strategy=experiment.strategy,
         checkpoint_dir=args.checkpoint_dir,
         keep_every_epoch=args.keep_every_epoch,
         progress=not args.no_progress,

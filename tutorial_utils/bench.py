@@ -25,6 +25,7 @@ import functools
 import math
 import time
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import torch
 
@@ -38,8 +39,12 @@ from tutorial_utils.articles.models import (
 )
 from tutorial_utils.articles.profiles import Profile, get_profile
 from tutorial_utils.articles.quoted import NETA_ARTICLE
-from tutorial_utils.checkpointing.segments import EqualSegments, Segments
-from tutorial_utils.checkpointing.selective import SelectiveCheckpoint
+from tutorial_utils.checkpointing.strategy import (
+    Strategy,
+    equal_segments,
+    scheduled,
+    selective,
+)
 from tutorial_utils.display.tables import Column, columns_table
 from tutorial_utils.estimate.timing import estimate_bench, print_estimate_bench
 from tutorial_utils.lessons.choosing_what_to_checkpoint import (
@@ -55,14 +60,15 @@ from tutorial_utils.measurement.step import (
     StepReport,
     default_optimizer,
     measure_step,
-    sweep_segments,
+    sweep_strategies,
 )
 from tutorial_utils.measurement.timing import load_average_line
 from tutorial_utils.planning.budget import plan_checkpoints
-from tutorial_utils.planning.compile_budget import CompileBudget
+from tutorial_utils.planning.compile_budget import compile_budget_strategy
 from tutorial_utils.planning.limits import peak_floor
+from tutorial_utils.planning.planner import Plan
 from tutorial_utils.planning.profile import profile_sequential
-from tutorial_utils.planning.strategies import measure_strategies, strategy_menu
+from tutorial_utils.planning.strategies import family, measure_strategies, strategy_menu
 from tutorial_utils.units import MiB, ratio
 
 DOGCAT_CLASSES, CIFAR_CLASSES = 2, 10
@@ -135,10 +141,10 @@ def _counted_gflop(report: StepReport) -> float:
 
 
 def _dry_run_gflop(
-    model: torch.nn.Module, input_shape: Sequence[int], segments: Segments = 0
+    model: torch.nn.Module, input_shape: Sequence[int], strategy: Strategy | None = None
 ) -> float:
     """GFLOP of the same step as a dry run (a meta copy: the model is left alone)."""
-    return _counted_gflop(dry_run_step(model, input_shape, segments))
+    return _counted_gflop(dry_run_step(model, input_shape, strategy))
 
 
 def run_bench(
@@ -159,12 +165,13 @@ def run_bench(
         (VGG16_ARTICLE, article, ARTICLE_SEGMENTS),
         (VGG16_FLAT, flatten_vgg16(article), FLAT_SEGMENTS),
     ):
-        records = sweep_segments(
-            sequential, inputs, targets, counts, device=device, repeats=repeats
+        splits = [equal_segments(k) for k in counts]
+        records = sweep_strategies(
+            sequential, inputs, targets, splits, device=device, repeats=repeats
         )
-        group = [_row(name, f"{r.segments} segments", r) for r in records]
-        for row, count in zip(group, counts, strict=True):
-            row["step_gflop"] = _dry_run_gflop(sequential, inputs.shape, count)
+        group = [_row(name, f"{r.strategy.segments} segments", r) for r in records]
+        for row, split in zip(group, splits, strict=True):
+            row["step_gflop"] = _dry_run_gflop(sequential, inputs.shape, split)
         rows += add_ratios(group)
     del article, sequential, records
 
@@ -205,25 +212,28 @@ def vgg16_dry_run_rows() -> tuple[list[dict], float, str]:
     shape = (ARTICLE_BATCH, 3, ARTICLE_SIDE, ARTICLE_SIDE)
     article = build_on_meta(lambda: vgg16_classifier(DOGCAT_CLASSES, layout="article"))
     started = time.perf_counter()
-    reports = [dry_run_step(article, shape, 0)]
+    reports = [dry_run_step(article, shape)]
     step_seconds = time.perf_counter() - started
-    reports.append(dry_run_step(article, shape, ARTICLE_SEGMENTS[1]))
-    rows = add_ratios([_row(VGG16_ARTICLE, f"{r.segments} segments", r) for r in reports])
+    reports.append(dry_run_step(article, shape, equal_segments(ARTICLE_SEGMENTS[1])))
+    rows = add_ratios([_row(VGG16_ARTICLE, f"{r.strategy.segments} segments", r) for r in reports])
 
     flat = build_on_meta(lambda: vgg16_classifier(DOGCAT_CLASSES, layout="flat"))
     inputs = torch.empty(shape, device="meta")
     targets = torch.empty(ARTICLE_BATCH, dtype=torch.long, device="meta")
-    sweep = sweep_segments(flat, inputs, targets, [0, *range(2, FLAT_MODULES + 1)])
-    by_count = {record.segments: record for record in sweep}
-    best = min(sweep[1:], key=lambda r: (r.peak_bytes, _counted_gflop(r), r.segments))
+    splits = [equal_segments(k) for k in (0, *range(2, FLAT_MODULES + 1))]
+    sweep = sweep_strategies(flat, inputs, targets, splits)
+    by_count = {record.strategy.segments: record for record in sweep}
+    best = min(sweep[1:], key=lambda r: (r.peak_bytes, _counted_gflop(r), r.strategy.segments))
     sqrt_n = FLAT_SEGMENTS[3]
     group = [
         _row(VGG16_FLAT, f"{k} segments (sqrt n)" if k == sqrt_n else f"{k} segments", by_count[k])
         for k in FLAT_SEGMENTS
     ]
-    group.append(_row(VGG16_FLAT, f"best uniform: {best.segments} segments (of 2..40)", best))
+    group.append(
+        _row(VGG16_FLAT, f"best uniform: {best.strategy.segments} segments (of 2..40)", best)
+    )
     plan = plan_checkpoints(flat, inputs)
-    planned = dry_run_step(flat, shape, plan)
+    planned = dry_run_step(flat, shape, scheduled(plan))
     group.append(
         _row(
             VGG16_FLAT,
@@ -237,14 +247,14 @@ def vgg16_dry_run_rows() -> tuple[list[dict], float, str]:
         _row(
             VGG16_FLAT,
             f"nested, least peak (runs {max(nested.runs)}x)",
-            dry_run_step(flat, shape, nested),
+            dry_run_step(flat, shape, scheduled(nested)),
         )
     )
     for regions in SELECTIVE_REGIONS:
-        report = dry_run_step(flat, shape, SelectiveCheckpoint(regions))
+        report = dry_run_step(flat, shape, selective(regions=regions))
         group.append(_row(VGG16_FLAT, f"selective, {regions} regions", report))
     for budget in (0.0, 0.5, 1.0):  # torch.compile's memory budgets, partitioned graph run op by op
-        report = dry_run_step(flat, shape, CompileBudget(budget))
+        report = dry_run_step(flat, shape, compile_budget_strategy(budget))
         group.append(_row(VGG16_FLAT, f"compile budget {budget:.1f} (op by op)", report))
     floor = peak_floor(flat, inputs, targets, optimizer_factory=default_optimizer)
     group.append(
@@ -312,7 +322,7 @@ def deep_chain_dry_run_rows(pairs: int = DEEP_CHAIN_PAIRS) -> list[dict]:
         "one level": "one level, least peak",
         "nested": "nested, least peak within one forward pass more",
     }
-    rows = [_row(name, "none", dry_run_step(chain, shape, 0))]
+    rows = [_row(name, "none", dry_run_step(chain, shape))]
     for key, label in labels.items():
         runs = max(comparison["plans"][key].runs)
         rows.append(_row(name, f"{label} (runs {runs}x)", comparison["reports"][key]))
@@ -326,13 +336,13 @@ def batchnorm_bench() -> str:
     neta = neta_as_sequential(NetA())
     inputs, targets = torch.randn(4, 3, 32, 32), torch.randint(0, CIFAR_CLASSES, (4,))
     sample = inputs.to("meta")
-    strategies: dict[str, Segments] = {
-        "segments=4 (checkpoint_sequential)": 4,
-        "EqualSegments(4)": EqualSegments(4),
-        "planner, least peak": plan_checkpoints(neta, sample),
-        "nested, least peak": plan_checkpoints(neta, sample, nested=True),
-        "SelectiveCheckpoint(3)": SelectiveCheckpoint(3),
-        "CompileBudget(0.5)": CompileBudget(0.5),
+    strategies = {
+        "segments=4 (checkpoint_sequential)": equal_segments(4, keep_batchnorm=False),
+        "equal_segments(4)": equal_segments(4),
+        "planner, least peak": scheduled(plan_checkpoints(neta, sample)),
+        "nested, least peak": scheduled(plan_checkpoints(neta, sample, nested=True)),
+        "selective(regions=3)": selective(regions=3),
+        "compile budget 0.50": compile_budget_strategy(0.5),
     }
     return batchnorm_updates(neta, inputs, targets, strategies)
 
@@ -533,11 +543,12 @@ def planner_bench_rows(profile: Profile | str | None = None) -> list[dict]:
     targets = torch.randint(0, 2, (batch,), generator=generator).to(device)
     quick = profile.name == "ci"
     menu = strategy_menu(model, inputs, budget_fractions=(0.5,) if quick else (1 / 3, 2 / 3))
+    families = {s.name: family(s, len(model)) for s in menu}
     uniform = sorted(
-        (s for s in menu if s.kind == "uniform" and s.predicted is not None),
-        key=lambda s: s.predicted.predicted_peak_bytes if s.predicted else 0,
+        (s for s in menu if families[s.name] == "uniform"),
+        key=lambda s: cast(Plan, s.predicted).predicted_peak_bytes,
     )[: 1 if quick else 3]
-    chosen = [menu[0], *uniform, *(s for s in menu if s.kind in ("sqrt(n)", "planned"))]
+    chosen = [menu[0], *uniform, *(s for s in menu if families[s.name] in ("sqrt(n)", "planned"))]
     return measure_strategies(
         model,
         inputs,

@@ -15,6 +15,7 @@ from tutorial_utils.articles import data
 from tutorial_utils.articles.models import NETA_SEGMENTS, NetA, vgg16_classifier
 from tutorial_utils.articles.profiles import Profile
 from tutorial_utils.checkpointing.segments import validate_segments
+from tutorial_utils.checkpointing.strategy import NO_CHECKPOINTING, Strategy, equal_segments
 
 
 def adam_optimizer(parameters: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
@@ -33,7 +34,7 @@ class Experiment:
     optimizer: torch.optim.Optimizer
     train_loader: Iterable[Any]  # batches of (images, labels)
     val_loader: Iterable[Any]
-    segments: int
+    strategy: Strategy  # the loop's: NetA checkpoints inside its own forward
     synthetic_data: bool
     data_root: Path
 
@@ -73,7 +74,7 @@ def build_vgg16_dogcat(
         optimizer,
         train_loader,
         val_loader,
-        segments,
+        equal_segments(segments),
         synthetic,
         root,
     )
@@ -127,7 +128,7 @@ def build_neta_cifar10(
         optimizer,
         train_loader,
         val_loader,
-        0,
+        NO_CHECKPOINTING,
         synthetic,
         root,
     )

@@ -7,8 +7,8 @@ checkpointed BatchNorm is updated twice per step, in reentrant and in non-reentr
 (early stop does not help: BatchNorm saves tensors for backward, so the recomputation reaches it).
 Here: snapshots to compare, a per-step update count, and the fixes: compensated momentum, hooks
 on the whole model (``freeze_stats_during_recompute``) and, for code that runs the checkpointed
-modules itself, ``run_keeping_batchnorm`` (what the planner's plans, nested plans, selective
-checkpointing and ``forward_segments(..., keep_batchnorm=True)`` use by default).
+modules itself, ``run_keeping_batchnorm`` (what the planner's plans, nested plans and every
+``strategy.Strategy`` with ``keep_batchnorm=True``, the default, use).
 """
 
 from __future__ import annotations

@@ -128,12 +128,16 @@ def plot_segment_sweep(
     the step's FLOPs over the plain step's.
     """
     if not records:
-        raise ValueError("records is empty: pass sweep_segments(...)")
-    records = sorted(records, key=lambda r: r.segments)
-    segments = [r.segments for r in records]
+        raise ValueError("records is empty: pass sweep_strategies(...)")
+    records = sorted(records, key=lambda r: r.strategy.segments)
+    segments = [r.strategy.segments for r in records]
     fig, (ax, act_ax) = _new_figure(ncols=2, width=11.5)
     ax.plot(segments, [r.peak_bytes / MiB for r in records], "o-", color="C0", label="tracked peak")
-    cuda = [(r.segments, r.cuda.peak_allocated_bytes / MiB) for r in records if r.cuda is not None]
+    cuda = [
+        (r.strategy.segments, r.cuda.peak_allocated_bytes / MiB)
+        for r in records
+        if r.cuda is not None
+    ]
     if cuda:
         ax.plot(*zip(*cuda, strict=True), "^:", color="C2", label="CUDA peak allocated")
     ax.set_ylabel("peak memory (MiB)", color="C0")
@@ -141,7 +145,7 @@ def plot_segment_sweep(
     time_ax = ax.twinx()
     dry = all(r.seconds is None for r in records)
     if dry:
-        plain = next((r for r in records if r.segments in (0, 1)), records[0])
+        plain = next((r for r in records if r.strategy.kind == "none"), records[0])
         ratios = [r.flops.overhead_vs(plain.flops) for r in records]
         time_ax.plot(segments, ratios, "D-", color="C3", label="predicted time / plain (FLOPs)")
         time_ax.set_ylabel("predicted step time / plain (FLOPs)", color="C3")

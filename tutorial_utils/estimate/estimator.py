@@ -23,6 +23,7 @@ from typing import Any, cast
 import torch
 import torch.nn as nn
 
+from tutorial_utils.checkpointing.strategy import Strategy
 from tutorial_utils.estimate.card import Card
 from tutorial_utils.estimate.gpu_step import GpuRun, as_gpu_runs, gpu_run
 from tutorial_utils.estimate.models import (
@@ -34,7 +35,6 @@ from tutorial_utils.estimate.models import (
     preset_config,
     trainable_parameters,
 )
-from tutorial_utils.estimate.strategies import Strategy
 from tutorial_utils.measurement.allocator import AllocationLog, AllocatorPrediction, replay
 from tutorial_utils.measurement.autocast import POLICIES, EmulatedAutocast
 from tutorial_utils.measurement.step import StepReport, measure_step, next_token_loss
@@ -227,21 +227,21 @@ def train_step(
     inputs, targets = batch_for(workload, model, device)
     autocast = autocast if autocast is not None else workload.autocast()
     loss_fn = next_token_loss if workload.is_language_model else nn.CrossEntropyLoss()
-    with strategy.applied(model, autocast if device == "meta" else None):
-        return measure_step(
-            model,
-            inputs,
-            targets,
-            optimizer_factory=lambda _: make_optimizer(workload, model),
-            loss_fn=loss_fn,
-            device=device,
-            time_step=False,
-            limit_bytes=limit_bytes,
-            autocast=autocast,
-            round_to_blocks=round_to_blocks,
-            record_timeline=record_timeline,
-            record_allocations=record_allocations,
-        )
+    return measure_step(
+        model,
+        inputs,
+        targets,
+        strategy,
+        optimizer_factory=lambda _: make_optimizer(workload, model),
+        loss_fn=loss_fn,
+        device=device,
+        time_step=False,
+        limit_bytes=limit_bytes,
+        autocast=autocast,
+        round_to_blocks=round_to_blocks,
+        record_timeline=record_timeline,
+        record_allocations=record_allocations,
+    )
 
 
 def predict_allocator(log: AllocationLog, card: Card) -> AllocatorPrediction:

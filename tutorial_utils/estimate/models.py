@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 import torch.nn as nn
 
+from tutorial_utils.checkpointing.blocks import decoder_layers, repeated_blocks
 from tutorial_utils.network import reachable
 
 if TYPE_CHECKING:
@@ -287,43 +288,12 @@ def add_lora(
     return lora
 
 
-def _decoder_layers(model: nn.Module) -> list[GradientCheckpointingLayer]:
-    from transformers.modeling_layers import GradientCheckpointingLayer
-
-    return [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
-
-
 def decoder_blocks(model: nn.Module) -> list[GradientCheckpointingLayer]:
     """The repeated layers ``transformers`` checkpoints (``GradientCheckpointingLayer``)."""
-    blocks = _decoder_layers(model)
+    blocks = decoder_layers(model)
     if not blocks:
         raise ValueError(f"{type(model).__name__} has no GradientCheckpointingLayer blocks")
-    return blocks
-
-
-def repeated_blocks(model: nn.Module) -> list[nn.Module]:
-    """The blocks a model is checkpointed by: ``transformers``' decoder layers
-    (``GradientCheckpointingLayer``), or a torchvision model's residual/encoder blocks (the
-    outermost modules with parameters and children of their own that sit in an
-    ``nn.Sequential``: ResNet's BasicBlocks, ViT's EncoderBlocks, DenseNet's dense blocks)."""
-    layers = _decoder_layers(model)
-    if layers:
-        return layers
-    blocks: list[nn.Module] = []
-    inside: set[int] = set()
-    for parent in model.modules():
-        if id(parent) in inside or not isinstance(parent, nn.Sequential):
-            continue
-        for child in parent.children():
-            has_parts = any(True for _ in child.children())
-            if (
-                has_parts
-                and not isinstance(child, nn.Sequential)
-                and any(True for _ in child.parameters())
-            ):
-                blocks.append(child)
-                inside.update(id(m) for m in child.modules())
-    return blocks
+    return cast("list[GradientCheckpointingLayer]", blocks)
 
 
 def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:

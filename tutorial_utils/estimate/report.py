@@ -4,9 +4,9 @@ whether the step runs in the card, with the margin left."""
 
 from __future__ import annotations
 
+from tutorial_utils.checkpointing.strategy import OFFLOAD_NOTE
 from tutorial_utils.estimate.estimator import Estimate, Workload, describe_precision
 from tutorial_utils.estimate.gpu_step import describe_rules, quoted_machine
-from tutorial_utils.estimate.strategies import OFFLOAD_NOTE
 from tutorial_utils.measurement.step import DRY_RUN_LABEL, StepReport
 from tutorial_utils.measurement.tracker import CATEGORIES
 from tutorial_utils.units import GiB

@@ -36,6 +36,8 @@ from typing import Any, Literal, get_args
 import torch
 import torch.nn as nn
 
+from tutorial_utils.checkpointing.blocks import repeated_blocks
+from tutorial_utils.checkpointing.strategy import OFFLOAD_NOTE, Strategy
 from tutorial_utils.estimate.card import Card
 from tutorial_utils.estimate.estimator import (
     Estimate,
@@ -44,8 +46,6 @@ from tutorial_utils.estimate.estimator import (
     build_model,
     make_optimizer,
 )
-from tutorial_utils.estimate.models import repeated_blocks
-from tutorial_utils.estimate.strategies import OFFLOAD_NOTE, Strategy
 from tutorial_utils.measurement.fake_ranks import BUFFER_CATEGORIES, ShardedStepTracker, fake_ranks
 from tutorial_utils.measurement.phases import step_phase
 from tutorial_utils.measurement.step import next_token_loss

@@ -12,6 +12,7 @@ import torch.nn as nn
 
 from tutorial_utils.articles.experiments import adam_optimizer
 from tutorial_utils.articles.models import Layout, NetA, vgg16_classifier
+from tutorial_utils.checkpointing.strategy import equal_segments
 from tutorial_utils.display.tables import cell_text
 from tutorial_utils.gpu_check.report import (
     DRY_RUN,
@@ -93,7 +94,7 @@ def dry_run_row(step: CrossCheckStep) -> DryRunRow:
     report = dry_run_step(
         build_on_meta(step.make_model),
         step.input_shape,
-        step.segments,
+        equal_segments(step.segments),
         optimizer_factory=step.optimizer_factory,
         round_to_blocks=True,
     )
@@ -118,7 +119,7 @@ def measure(step: CrossCheckStep, device: torch.device) -> StepReport:
         model,
         inputs,
         targets,
-        step.segments,
+        equal_segments(step.segments),
         optimizer_factory=step.optimizer_factory,
         device=device,
         repeats=3,

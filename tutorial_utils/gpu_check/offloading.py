@@ -8,7 +8,7 @@ from typing import TypedDict
 import torch
 
 from tutorial_utils.articles.models import vgg16_classifier
-from tutorial_utils.checkpointing.selective import OffloadedActivations
+from tutorial_utils.checkpointing.strategy import NO_CHECKPOINTING, offloaded
 from tutorial_utils.gpu_check.report import MEASURED, Column, Outcome, Table
 from tutorial_utils.gpu_check.runner import Budget, Section, free_cuda_memory
 from tutorial_utils.measurement.gradients import compare_gradients, parameter_gradients
@@ -73,11 +73,11 @@ def offloading_section(budget: Budget) -> Outcome:
     inputs = torch.randn(OFFLOAD_SHAPE, generator=generator)
     targets = torch.randint(0, 2, (OFFLOAD_SHAPE[0],), generator=generator)
     rows: list[OffloadRow] = []
-    for label, segments in (("plain", 0), (str(OffloadedActivations()), OffloadedActivations())):
-        report = measure_step(model, inputs, targets, segments, device=device, repeats=3)
+    for strategy in (NO_CHECKPOINTING, offloaded(name="saved tensors offloaded to the CPU")):
+        report = measure_step(model, inputs, targets, strategy, device=device, repeats=3)
         rows.append(
             {
-                "step": label,
+                "step": "plain" if strategy.kind == "none" else strategy.name,
                 "tracked_peak_mib": report.peak_mib,
                 "cuda_peak_allocated_mib": (
                     None if report.cuda is None else report.cuda.peak_allocated_bytes / MiB
@@ -88,9 +88,11 @@ def offloading_section(budget: Budget) -> Outcome:
         free_cuda_memory()
     inputs = inputs.to(device)
     with torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=True):
-        plain = parameter_gradients(model, inputs, 0)  # notebook 02's: Dropout drawn after seed 0
-        offloaded = parameter_gradients(model, inputs, OffloadedActivations())
-    return offloading_outcome(rows, compare_gradients(plain, offloaded))
+        plain_gradients = parameter_gradients(
+            model, inputs
+        )  # notebook 02's: Dropout drawn after seed 0
+        offloaded_gradients = parameter_gradients(model, inputs, offloaded())
+    return offloading_outcome(rows, compare_gradients(plain_gradients, offloaded_gradients))
 
 
 SECTION = Section("offloading", "Offloading saved activations to the CPU", offloading_section)

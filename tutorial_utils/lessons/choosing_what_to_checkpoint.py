@@ -23,7 +23,7 @@ from matplotlib.patches import Patch
 from tutorial_utils.articles.models import vgg16_classifier
 from tutorial_utils.articles.profiles import Profile
 from tutorial_utils.checkpointing.batchnorm import largest_difference, running_stats
-from tutorial_utils.checkpointing.segments import forward_segments
+from tutorial_utils.checkpointing.strategy import NO_CHECKPOINTING, Strategy, scheduled
 from tutorial_utils.display.labels import annotate_points
 from tutorial_utils.display.plotting import figure_subtitle
 from tutorial_utils.display.tables import columns_table
@@ -117,23 +117,28 @@ def recompute_accounting(plan: Plan, plain_gflop: float, planned_gflop: float) -
 
 
 def batchnorm_updates(
-    model: nn.Sequential, inputs: torch.Tensor, targets: torch.Tensor, strategies: dict
+    model: nn.Sequential,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    strategies: dict[str, Strategy],
 ) -> str:
     """For each strategy, one training step on a copy: how many BatchNorm layers counted more
     than one update, and how far running statistics are from the plain step's (identical, or the
     largest difference: a second update moves them by the momentum, a decomposed compiled
     BatchNorm only by rounding, whose digits vary with the machine's kernels)."""
 
-    def step(segments):
+    def step(strategy: Strategy):
         probe = copy.deepcopy(model).train()
-        F.cross_entropy(forward_segments(probe, inputs, segments), targets).backward()
+        with strategy.applied(probe):
+            output = probe(inputs)
+        F.cross_entropy(output, targets).backward()
         return running_stats(probe)
 
-    plain = step(0)
+    plain = step(NO_CHECKPOINTING)
     width = max(len(name) for name in strategies)
     lines = [f"{'strategy':<{width}}  {'BatchNorms updated twice':>24}  statistics against plain"]
-    for name, segments in strategies.items():
-        stats = step(segments)
+    for name, strategy in strategies.items():
+        stats = step(strategy)
         doubled = sum(int(layer["num_batches_tracked"]) > 1 for layer in stats.values())
         gap = largest_difference(stats, plain)
         verdict = (
@@ -156,7 +161,7 @@ def one_level_against_nested(model: nn.Sequential, input_shape: tuple[int, ...],
     nested = nested_from_profile(
         profile, max_recompute=one_level.recompute_flops + forward, max_bytes=ceiling
     )
-    reports = {name: dry_run_step(model, input_shape, segments=plan)
+    reports = {name: dry_run_step(model, input_shape, scheduled(plan))
                for name, plan in (("one level", one_level), ("nested", nested))}  # fmt: skip
     return {"forward_flops": forward, "plans": {"one level": one_level, "nested": nested},
             "reports": reports}  # fmt: skip
@@ -210,7 +215,7 @@ def plot_pareto(
     fig, ax = plt.subplots(figsize=(9.5, 4.8))
     plt.close(fig)
     for kind, (color, marker) in KIND_STYLES.items():
-        points = [row for row in rows if row["kind"] == kind]
+        points = [row for row in rows if row["family"] == kind]
         if points:
             ax.scatter(
                 [row[x] for row in points],
@@ -236,7 +241,9 @@ def plot_pareto(
         )
     labels: dict[tuple[float, float], list[str]] = {}  # points drawn on top of each other share one
     for row in rows:
-        if row["kind"] not in ("uniform", "planned") or row["checkpointing"].endswith("least peak"):
+        if row["family"] not in ("uniform", "planned") or row["checkpointing"].endswith(
+            "least peak"
+        ):
             labels.setdefault((row[x], row[y]), []).append(row["checkpointing"])
     ax.set_xlabel(
         "predicted step time / no checkpointing (FLOPs, dry run)"
@@ -364,12 +371,12 @@ def strategy_table(rows: Sequence[dict]) -> str:
 def key_rows(rows: Sequence[dict]) -> list[dict]:
     """The rows the text discusses: none, the best uniform split measured, sqrt(n), the plans,
     selective checkpointing and compile budgets (the full table is ``strategy_table(rows)``)."""
-    uniform = [row for row in rows if row["kind"] == "uniform"]
+    uniform = [row for row in rows if row["family"] == "uniform"]
     best = min(uniform, key=lambda row: row["tracked_peak_mib"], default=None)
     return [
         row
         for row in rows
-        if row["kind"]
+        if row["family"]
         in ("none", "sqrt(n)", "planned", "nested", "selective", "compile budget", "offload")
         or row is best
     ]
@@ -378,7 +385,7 @@ def key_rows(rows: Sequence[dict]) -> list[dict]:
 def above_none(rows: Sequence[dict]) -> str:
     """The strategies whose tracked peak is above no checkpointing's, each with its FLOP ratio:
     the points of a Pareto plot that the text must explain."""
-    none = next(row for row in rows if row["kind"] == "none")
+    none = next(row for row in rows if row["family"] == "none")
     above = [
         f"{row['checkpointing']} ({row['tracked_peak_mib']:,.1f} MiB, FLOPs x{row['flops_ratio']:.2f})"
         for row in rows
@@ -392,15 +399,15 @@ def floor_table(rows: Sequence[dict], floor: PeakFloor) -> str:
     """None, the best uniform split, the planner, and the least peak of each other family
     (nested, selective, compile budget) against the floor."""
     chosen = {"none": rows[0]}
-    uniform = [row for row in rows if row["kind"] in ("uniform", "sqrt(n)")]
+    uniform = [row for row in rows if row["family"] in ("uniform", "sqrt(n)")]
     if uniform:
         best = min(uniform, key=lambda row: row["tracked_peak_mib"])
         chosen[f"best uniform ({best['checkpointing']})"] = best
-    planned = [row for row in rows if row["kind"] == "planned"]
+    planned = [row for row in rows if row["family"] == "planned"]
     if planned:
         chosen["planner, least peak"] = min(planned, key=lambda row: row["tracked_peak_mib"])
     for kind in ("nested", "selective", "compile budget"):
-        family = [row for row in rows if row["kind"] == kind]
+        family = [row for row in rows if row["family"] == kind]
         if family:
             best = min(family, key=lambda row: row["tracked_peak_mib"])
             chosen[f"best {best['checkpointing']}"] = best

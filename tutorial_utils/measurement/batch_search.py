@@ -15,7 +15,7 @@ from typing import Literal, get_args
 import torch
 import torch.nn as nn
 
-from tutorial_utils.checkpointing.segments import Segments
+from tutorial_utils.checkpointing.strategy import NO_CHECKPOINTING, Strategy
 from tutorial_utils.measurement.autocast import EmulatedAutocast
 from tutorial_utils.measurement.devices import default_device
 from tutorial_utils.measurement.dry_run import build_on_meta
@@ -48,7 +48,7 @@ class MaxBatchResult:
     batch_size: int
     trials: list[BatchTrial]
     budget_bytes: int
-    segments: Segments = 0
+    strategy: Strategy = NO_CHECKPOINTING
     mode: SearchMode = "tracked"
     device: str = "cpu"
 
@@ -124,7 +124,7 @@ def find_max_batch_size(
     make_model: Callable[[], nn.Module],
     sample_shape: Sequence[int],
     budget_bytes: int,
-    segments: Segments = 0,
+    strategy: Strategy | None = None,
     *,
     num_classes: int = 10,
     device: torch.device | str | None = None,
@@ -178,7 +178,7 @@ def find_max_batch_size(
             model,
             inputs,
             targets,
-            segments,
+            strategy,
             optimizer_factory=optimizer_factory,
             loss_fn=loss_fn,
             device=device,
@@ -213,7 +213,9 @@ def find_max_batch_size(
         best = largest_fitting(try_batch, max_batch)
     if best == 0:
         raise ValueError(_no_batch_fits(trials, budget_bytes))
-    return MaxBatchResult(best, trials, budget_bytes, segments, mode, str(device))
+    return MaxBatchResult(
+        best, trials, budget_bytes, strategy or NO_CHECKPOINTING, mode, str(device)
+    )
 
 
 def _no_batch_fits(trials: Sequence[BatchTrial], budget_bytes: int) -> str:

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import torch
 import torch.nn as nn
 
-from tutorial_utils.checkpointing.segments import Segments
+from tutorial_utils.checkpointing.strategy import Strategy
 from tutorial_utils.measurement.autocast import EmulatedAutocast
 from tutorial_utils.measurement.step import (
     OptimizerFactory,
@@ -80,7 +80,7 @@ def build_on_meta(make_model: Callable[[], ModuleT]) -> ModuleT:
 def dry_run_step(
     model: nn.Module,
     input_shape: Sequence[int],
-    segments: Segments = 0,
+    strategy: Strategy | None = None,
     *,
     optimizer_factory: OptimizerFactory | None = None,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
@@ -122,7 +122,7 @@ def dry_run_step(
         run,
         inputs,
         targets,
-        segments,
+        strategy,
         optimizer_factory=optimizer_factory,
         loss_fn=loss_fn,
         device="meta",

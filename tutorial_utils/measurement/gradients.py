@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 import torch
 import torch.nn as nn
 
-from tutorial_utils.checkpointing.segments import Segments, forward_segments
+from tutorial_utils.checkpointing.strategy import NO_CHECKPOINTING, Strategy
 
 RTOL, ATOL = 1e-4, 1e-5  # float32 sums reordered by recomputation stay well inside these
 
@@ -39,21 +39,20 @@ def gradients_identical(
 
 
 def parameter_gradients(
-    model: nn.Sequential,
+    model: nn.Module,
     inputs: torch.Tensor,
-    segments: Segments,
+    strategy: Strategy | None = None,
     *,
     seed: int = 0,
-    preserve_rng_state: bool = True,
 ) -> list[torch.Tensor]:
-    """Parameter gradients of ``output.sum()`` in train mode (Dropout active), seeded first
-    (parameters left without a gradient, frozen or unused, are left out)."""
+    """Parameter gradients of ``output.sum()`` in train mode (Dropout active), seeded first,
+    checkpointed as ``strategy`` says (its ``preserve_rng_state`` decides whether a recomputed
+    Dropout draws the same mask); parameters left without a gradient are left out."""
     model.train()
     model.zero_grad(set_to_none=True)
     torch.manual_seed(seed)
-    output = forward_segments(
-        model, inputs, segments, use_reentrant=False, preserve_rng_state=preserve_rng_state
-    )
+    with (strategy or NO_CHECKPOINTING).applied(model):
+        output = model(inputs)
     output.sum().backward()
     grads = [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]
     model.zero_grad(set_to_none=True)

@@ -2,8 +2,8 @@
 
 ``measure_step`` runs forward, backward and an optimizer step under the ``TensorMemoryTracker``
 (tracked peak, any device) and, on CUDA, reads the allocator's peaks and NVML beside it (on
-Apple's GPU, torch.mps's two readings after the step). ``sweep_segments`` measures one model at
-several checkpoint segment counts, timed in turns. (The batch search built on ``measure_step`` is
+Apple's GPU, torch.mps's two readings after the step). ``sweep_strategies`` measures one model
+under several checkpointing strategies, timed in turns. (The batch search built on ``measure_step`` is
 ``batch_search.find_max_batch_size``; dry runs of any model, ``dry_run.dry_run_step``.)
 
 Both accept the ``meta`` device: a model and inputs there make a **dry run**, the same step with
@@ -22,7 +22,7 @@ from typing import Any, Literal
 import torch
 import torch.nn as nn
 
-from tutorial_utils.checkpointing.segments import Segments, forward_segments
+from tutorial_utils.checkpointing.strategy import NO_CHECKPOINTING, Strategy
 from tutorial_utils.measurement.allocator import AllocationLog
 from tutorial_utils.measurement.autocast import (
     EmulatedAutocast,
@@ -93,7 +93,7 @@ class StepReport:
     activation_peak_bytes: int  # most activations/other bytes alive at any moment of the step
     baseline_bytes: int  # tracked bytes alive before the step (parameters, optimizer state, inputs)
     seconds: float | None  # fastest wall time of an untracked step (None when not timed)
-    segments: Segments  # as passed to forward_segments: a count, or a strategy
+    strategy: Strategy  # how the step was checkpointed (NO_CHECKPOINTING for None)
     batch_size: int
     device: str
     timing: Timing | None = None  # every timed repeat, for the spread beside ``seconds``
@@ -180,24 +180,19 @@ def _step_device(
     return device
 
 
-def _check_segments(model: nn.Module, segments: Segments) -> None:
-    """Only an ``nn.Sequential`` is split by ``forward_segments``; other modules need 0."""
-    if not isinstance(model, nn.Sequential) and not (isinstance(segments, int) and segments == 0):
-        raise ValueError(
-            f"segments={segments!r} needs an nn.Sequential; {type(model).__name__} checkpoints "
-            "itself (e.g. NetA(use_checkpoint=True)): pass segments=0"
-        )
-
-
-def _forward(model: nn.Module, inputs: torch.Tensor, segments: Segments) -> torch.Tensor:
-    """``forward_segments`` for a Sequential; a plain call for modules that checkpoint themselves."""
-    if isinstance(model, nn.Sequential):
-        return forward_segments(model, inputs, segments)
-    return model(inputs)
+def _forward(
+    model: nn.Module, inputs: torch.Tensor, strategy: Strategy, autocast: EmulatedAutocast | None
+) -> torch.Tensor:
+    """``model(inputs)`` checkpointed as ``strategy`` says; in a dry run under the emulated
+    autocast, recomputation re-enters the emulation (a real device re-enters its own)."""
+    on_meta = inputs.device.type == "meta"
+    wrap = autocast.checkpoint_context_fn if autocast is not None and on_meta else None
+    with strategy.applied(model, wrap):
+        return model(inputs)
 
 
 def _forward_backward_step(
-    model, inputs, targets, segments, optimizer, loss_fn, autocast=None
+    model, inputs, targets, strategy, optimizer, loss_fn, autocast=None
 ) -> None:
     """Forward, loss, backward, optimizer step; gradients are expected to be None on entry.
 
@@ -210,7 +205,7 @@ def _forward_backward_step(
         outside_autocast(inputs.device),
     ):
         with step_phase("forward"), forward_autocast(inputs.device, autocast):
-            outputs = _forward(model, inputs, segments)
+            outputs = _forward(model, inputs, strategy, autocast)
             loss = loss_fn(outputs, targets)
         with step_phase("backward"):
             loss.backward()
@@ -218,10 +213,10 @@ def _forward_backward_step(
             optimizer.step()
 
 
-def _untracked_step(model, inputs, targets, segments, optimizer, loss_fn, autocast=None) -> None:
+def _untracked_step(model, inputs, targets, strategy, optimizer, loss_fn, autocast=None) -> None:
     """One whole training step from any gradients, as a training loop takes it: what is timed."""
     optimizer.zero_grad(set_to_none=True)
-    _forward_backward_step(model, inputs, targets, segments, optimizer, loss_fn, autocast)
+    _forward_backward_step(model, inputs, targets, strategy, optimizer, loss_fn, autocast)
 
 
 def _on_device(
@@ -319,7 +314,7 @@ def measure_step(
     model: nn.Module,
     inputs: torch.Tensor,
     targets: torch.Tensor,
-    segments: Segments = 0,
+    strategy: Strategy | None = None,
     *,
     optimizer_factory: OptimizerFactory | None = None,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
@@ -348,9 +343,9 @@ def measure_step(
     ``optimizer_factory(model.parameters())``. With ``limit_bytes`` the tracked step stops with
     ``MemoryLimitExceeded`` as soon as its live tensors exceed it.
 
-    ``segments`` goes to ``forward_segments`` for an ``nn.Sequential``; other modules (NetA)
-    checkpoint themselves and need ``segments=0``. Defaults: SGD lr 1e-3 momentum 0.9
-    (``default_optimizer``) and cross-entropy, as in the first article.
+    ``strategy`` says how the forward is checkpointed (``Strategy.applied``; None: not at all, as
+    for a model that checkpoints itself, NetA). Defaults: SGD lr 1e-3 momentum 0.9 and
+    cross-entropy, as in the first article.
 
     On the meta device the step is a dry run: nothing is timed (``seconds`` is None) and the
     FLOPs of each phase are counted instead (``count_flops`` defaults to True there only), and
@@ -364,14 +359,15 @@ def measure_step(
     """
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
-    _check_segments(model, segments)
+    strategy = strategy if strategy is not None else NO_CHECKPOINTING
+    strategy.check(model)
     device = _step_device(model, inputs, device)
     dry_run = device.type == "meta"
     inputs, targets = _on_device(model, inputs, targets, device)
     optimizer = _optimizer(optimizer_factory, model)
     loss_fn = loss_fn if loss_fn is not None else nn.CrossEntropyLoss()
     autocast = ambient_autocast(device) if autocast is None else autocast
-    parts = (model, inputs, targets, segments, optimizer, loss_fn, autocast)
+    parts = (model, inputs, targets, strategy, optimizer, loss_fn, autocast)
     seconds, timing = _state_and_time(  # a dry run has no time to measure
         functools.partial(_untracked_step, *parts),
         optimizer,
@@ -401,7 +397,7 @@ def measure_step(
         activation_peak_bytes=tracker.activation_peak_bytes,
         baseline_bytes=tracker.baseline_bytes,
         seconds=seconds,
-        segments=segments,
+        strategy=strategy,
         batch_size=len(inputs),
         device=str(device),
         timing=timing,
@@ -418,38 +414,38 @@ def measure_step(
     )
 
 
-# -- segment sweeps ---------------------------------------------------------------------------
+# -- strategy sweeps --------------------------------------------------------------------------
 
 
 @dataclass
 class SweepRecord(StepReport):
-    """One segment count of a sweep: its ``StepReport`` plus ratios to the run without
-    checkpointing (segments 0 or 1) in the same sweep."""
+    """One strategy of a sweep: its ``StepReport`` plus ratios to the run without checkpointing
+    (the first strategy of kind "none") in the same sweep."""
 
     peak_ratio: float | None = None
     time_ratio: float | None = None
 
 
 def _time_counts_in_turns(
-    model: nn.Sequential,
+    model: nn.Module,
     inputs: torch.Tensor,
     targets: torch.Tensor,
-    counts: list[Segments],
+    strategies: list[Strategy],
     optimizers: list[torch.optim.Optimizer],
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None,
     device: torch.device,
     repeats: int,
 ) -> dict[int, Timing]:
-    """One warm-up step per count (it creates the optimizer's state), then ``repeats`` timed
-    steps of every count in turns, keyed by the count's position."""
+    """One warm-up step per strategy (it creates the optimizer's state), then ``repeats`` timed
+    steps of every strategy in turns, keyed by the strategy's position."""
     model.to(device).train()
     inputs, targets = inputs.to(device), targets.to(device)
     loss_fn = loss_fn if loss_fn is not None else nn.CrossEntropyLoss()
     steps: dict[int, Callable[[], None]] = {}
-    for index, (segments, optimizer) in enumerate(zip(counts, optimizers, strict=True)):
-        _check_segments(model, segments)
+    for index, (strategy, optimizer) in enumerate(zip(strategies, optimizers, strict=True)):
+        strategy.check(model)
         steps[index] = functools.partial(
-            _untracked_step, model, inputs, targets, segments, optimizer, loss_fn
+            _untracked_step, model, inputs, targets, strategy, optimizer, loss_fn
         )
         steps[index]()  # warm-up: creates the optimizer's state
     return time_interleaved(steps, repeats, functools.partial(synchronize, device))
@@ -460,11 +456,11 @@ def _reuse(optimizer: torch.optim.Optimizer) -> OptimizerFactory:
     return lambda _parameters: optimizer
 
 
-def sweep_segments(
-    model: nn.Sequential,
+def sweep_strategies(
+    model: nn.Module,
     inputs: torch.Tensor,
     targets: torch.Tensor,
-    segment_counts: Iterable[Segments],
+    strategies: Iterable[Strategy],
     *,
     optimizer_factory: OptimizerFactory | None = None,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
@@ -472,35 +468,35 @@ def sweep_segments(
     repeats: int = 1,
     round_to_blocks: bool = False,
 ) -> list[SweepRecord]:
-    """``measure_step`` at each segment count on the same model and inputs, side by side.
+    """``measure_step`` under each strategy on the same model and inputs, side by side.
 
-    Each count gets a fresh optimizer (default SGD, lr 1e-3, momentum 0.9) and starts with the
-    gradients set to None. ``repeats`` timed steps per count, taken in turns across the counts
+    Each strategy gets a fresh optimizer (default SGD, lr 1e-3, momentum 0.9) and starts with the
+    gradients set to None. ``repeats`` timed steps per strategy, taken in turns across them
     (a busy spell of the machine slows all of them alike); the fastest is reported and every
-    repeat kept in ``timing``. On the meta device every count is a dry run (no time ratios;
+    repeat kept in ``timing``. On the meta device every step is a dry run (no time ratios;
     FLOPs in each record).
     """
-    counts = list(segment_counts)
-    if not counts:
-        raise ValueError("segment_counts is empty: pass e.g. [0, 2, 4]")
+    chosen = list(strategies)
+    if not chosen:
+        raise ValueError("strategies is empty: pass e.g. [equal_segments(k) for k in (0, 2, 4)]")
     factory = optimizer_factory if optimizer_factory is not None else default_optimizer
     device = _step_device(model, inputs, device)
-    optimizers = [factory(model.parameters()) for _ in counts]
+    optimizers = [factory(model.parameters()) for _ in chosen]
     timings = (
         {}
         if device.type == "meta"
         else _time_counts_in_turns(
-            model, inputs, targets, counts, optimizers, loss_fn, device, repeats
+            model, inputs, targets, chosen, optimizers, loss_fn, device, repeats
         )
     )
     records = []
-    for index, (segments, optimizer) in enumerate(zip(counts, optimizers, strict=True)):
+    for index, (strategy, optimizer) in enumerate(zip(chosen, optimizers, strict=True)):
         model.zero_grad(set_to_none=True)
         report = measure_step(
             model,
             inputs,
             targets,
-            segments,
+            strategy,
             optimizer_factory=_reuse(optimizer),  # its state made in the warm-up
             loss_fn=loss_fn,
             device=device,
@@ -510,7 +506,7 @@ def sweep_segments(
         if index in timings:
             report.timing, report.seconds = timings[index], timings[index].fastest
         records.append(SweepRecord(**vars(report)))
-    plain = next((r for r in records if r.segments in (0, 1)), None)
+    plain = next((r for r in records if r.strategy.kind == "none"), None)
     if plain is not None:
         for record in records:
             record.peak_ratio = record.peak_bytes / plain.peak_bytes

@@ -16,7 +16,6 @@ from collections.abc import Callable
 import torch
 import torch.nn as nn
 
-from tutorial_utils.checkpointing.segments import forward_segments
 from tutorial_utils.measurement.dry_run import model_for_sample, on_meta
 from tutorial_utils.measurement.tracker import TensorMemoryTracker
 from tutorial_utils.planning.nested import NestedPlan, nested_from_profile
@@ -41,7 +40,7 @@ def measured_plan_peak(
     run.train()
     x = torch.empty(sample_input.shape, dtype=sample_input.dtype, device="meta")
     with TensorMemoryTracker(run, inputs=(x,), device="meta") as tracker:
-        output = forward_segments(run, x, plan)
+        output = plan.forward(run, x)
         if output.dim() == 2:
             target = torch.zeros(output.shape[0], dtype=torch.long, device="meta")
             loss = nn.functional.cross_entropy(output, target)

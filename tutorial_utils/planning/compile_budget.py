@@ -11,8 +11,9 @@ timed in turns.
 ``backend="aot_eager_decomp_partition"`` runs the same partitioner without generating C++ code,
 so it works on any machine; ``"inductor"`` also fuses kernels.
 
-``CompileBudget(budget)`` is the same partition as a strategy (``forward_segments``,
-``measure_step`` and the strategy tables accept it): the model's forward and backward are traced
+``CompileBudget(budget)`` is the same partition as a ``SequentialSchedule``
+(``compile_budget_strategy(budget)`` is its ``Strategy``, which ``measure_step`` and the strategy
+tables take): the model's forward and backward are traced
 once by AOTAutograd (``aot_module``, the layer ``torch.compile`` hands its graph to), partitioned
 by the same min-cut partitioner at that budget, and run op by op as ``aot_eager_decomp_partition``
 runs them. Every op then passes through the memory tracker, so the step's whole peak is measured
@@ -34,6 +35,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils._python_dispatch import _disable_current_modes
 
+from tutorial_utils.checkpointing.strategy import Strategy, scheduled
 from tutorial_utils.measurement.timing import Timing, time_interleaved
 from tutorial_utils.tools import SavedTensors
 from tutorial_utils.units import MiB
@@ -122,8 +124,8 @@ def budget_sweep(
 
 @dataclass(frozen=True)
 class CompileBudget:
-    """``torch.compile``'s partition at ``activation_memory_budget=budget``, as a strategy: pass
-    ``segments=CompileBudget(0.5)`` where a segment count is accepted. Traced once per model,
+    """``torch.compile``'s partition at ``activation_memory_budget=budget``, as a schedule of a
+    Sequential (``compile_budget_strategy(0.5)`` is its ``Strategy``). Traced once per model,
     input shape and device (a trace takes about a second); run op by op, so measured."""
 
     budget: float
@@ -214,3 +216,10 @@ def _partitioner_estimates() -> Iterator[list[int]]:
         yield estimates
     finally:
         partitioners.choose_saved_values_set = original
+
+
+def compile_budget_strategy(budget: float) -> Strategy:
+    """The ``Strategy`` that runs a Sequential through ``CompileBudget(budget)``. Its figures move
+    with the torch release (the partitioner and its decompositions change), so a notebook shows
+    them apart from the plans' release-independent ones."""
+    return scheduled(CompileBudget(budget), f"compile budget {budget:.2f}", kind="compile-budget")

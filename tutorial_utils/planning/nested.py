@@ -266,8 +266,8 @@ def _count(items, counts: list[int], extra: int) -> None:
 class NestedPlan:
     """A nested checkpoint schedule for a Sequential and what it is predicted to cost.
 
-    Accepted wherever a segment count is (``forward_segments``, ``measure_step``,
-    ``dry_run_step(segments=plan)``, ``train_model``). ``boundaries`` are the top-level runs
+    A ``SequentialSchedule``: ``scheduled(plan)`` is the strategy every step, sweep and loop
+    takes (``dry_run_step(model, shape, scheduled(plan))``). ``boundaries`` are the top-level runs
     (a child is one checkpointed run); ``runs`` how many times each module runs per step.
     """
 

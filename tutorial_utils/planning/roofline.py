@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from tutorial_utils.checkpointing.segments import Segments, forward_segments
+from tutorial_utils.checkpointing.strategy import Strategy
 from tutorial_utils.measurement.dry_run import on_meta
 from tutorial_utils.measurement.flops import FORMULAS, _formula_arguments
 from tutorial_utils.measurement.step import default_optimizer, prime_optimizer_state
@@ -115,7 +115,7 @@ def roofline_step(
     model: nn.Sequential,
     inputs: torch.Tensor,
     targets: torch.Tensor,
-    segments: Segments,
+    strategy: Strategy,
     machine: Machine,
 ) -> RooflineCounter:
     """One training step (forward, cross-entropy, backward, SGD with momentum) as a dry run,
@@ -126,7 +126,9 @@ def roofline_step(
     optimizer = default_optimizer(run.parameters())
     prime_optimizer_state(optimizer)
     with RooflineCounter(machine) as counter:
-        F.cross_entropy(forward_segments(run, x, segments), y).backward()
+        with strategy.applied(run):
+            output = run(x)
+        F.cross_entropy(output, y).backward()
         optimizer.step()
     run.zero_grad(set_to_none=True)
     return counter
@@ -136,13 +138,13 @@ def roofline_ratios(
     model: nn.Sequential,
     inputs: torch.Tensor,
     targets: torch.Tensor,
-    strategies: dict[str, Segments],
+    strategies: dict[str, Strategy],
     machine: Machine,
 ) -> dict[str, float]:
     """Each strategy's predicted step time over the first strategy's (the roofline's ratio)."""
     seconds = {
-        name: roofline_step(model, inputs, targets, segments, machine).seconds
-        for name, segments in strategies.items()
+        name: roofline_step(model, inputs, targets, strategy, machine).seconds
+        for name, strategy in strategies.items()
     }
     reference = next(iter(seconds.values()))
     return {name: value / reference for name, value in seconds.items()}

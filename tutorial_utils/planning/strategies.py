@@ -1,23 +1,30 @@
 """Every way to run a step, side by side: no checkpointing, uniform splits, plans, selective,
 torch.compile's memory budget.
 
-``strategy_menu`` lists the strategies for one Sequential (the planner's plans among them) and
-``measure_strategies`` measures each with one training step: real, or a dry run on meta inputs.
+``strategy_menu`` lists the strategies (``checkpointing.strategy.Strategy``) for one Sequential,
+the planner's plans among them, each carrying the cost model's forecast in ``predicted`` where
+it has one; ``measure_strategies`` measures each with one training step: real, or a dry run on
+meta inputs, one row each with its ``kind`` and its menu ``family``.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import Literal, cast
 
 import torch
 import torch.nn as nn
 
-from tutorial_utils.checkpointing.segments import Segments
-from tutorial_utils.checkpointing.selective import OffloadedActivations, SelectiveCheckpoint
-from tutorial_utils.measurement.step import sweep_segments
+from tutorial_utils.checkpointing.strategy import (
+    Strategy,
+    equal_segments,
+    offloaded,
+    scheduled,
+    selective,
+)
+from tutorial_utils.measurement.step import sweep_strategies
 from tutorial_utils.planning.budget import plan_within
-from tutorial_utils.planning.compile_budget import CompileBudget
+from tutorial_utils.planning.compile_budget import compile_budget_strategy
 from tutorial_utils.planning.nested import NestedPlan, nested_from_profile
 from tutorial_utils.planning.planner import (
     Plan,
@@ -28,15 +35,29 @@ from tutorial_utils.planning.planner import (
 from tutorial_utils.planning.profile import ModelProfile, profile_sequential
 from tutorial_utils.units import MiB, ratio
 
+# the menu's families, as tables and plots group its strategies (a Strategy's ``kind`` joins
+# uniform splits and sqrt(n), one-level and nested plans)
+Family = Literal[
+    "none", "uniform", "sqrt(n)", "planned", "nested", "selective", "compile budget", "offload"
+]
 
-@dataclass(frozen=True)
-class Strategy:
-    """One way to run the step: ``segments`` is what ``forward_segments`` accepts."""
 
-    name: str
-    kind: str  # none | uniform | sqrt(n) | planned | nested | selective | compile budget | offload
-    segments: Segments
-    predicted: Plan | NestedPlan | None = None  # the cost model's forecast, where it has one
+def sqrt_n_count(n_modules: int) -> int:
+    """The sqrt(n) rule's segment count for ``n_modules`` modules (at least 2)."""
+    return max(2, round(math.sqrt(n_modules)))
+
+
+def family(strategy: Strategy, n_modules: int) -> Family:
+    """Which of the menu's families ``strategy`` belongs to, for a model of ``n_modules``."""
+    if strategy.kind == "segments":
+        return "sqrt(n)" if strategy.segments == sqrt_n_count(n_modules) else "uniform"
+    if strategy.kind == "plan":
+        return "nested" if isinstance(strategy.schedule, NestedPlan) else "planned"
+    if strategy.kind == "compile-budget":
+        return "compile budget"
+    if strategy.kind in ("none", "selective", "offload"):
+        return cast(Family, strategy.kind)
+    raise ValueError(f"{strategy.name!r} ({strategy.kind}) is not on a Sequential's menu")
 
 
 def strategy_menu(
@@ -63,14 +84,14 @@ def strategy_menu(
     """
     profile = profile_sequential(model, sample_input)
     n = len(profile)
-    sqrt_n = max(2, round(math.sqrt(n)))
+    sqrt_n = sqrt_n_count(n)
     counts = [k for k in (uniform_counts or range(2, n + 1)) if 2 <= k <= n and k != sqrt_n]
     uniform = {k: evaluate_plan(profile, uniform_boundaries(n, k)) for k in [1, *counts, sqrt_n]}
-    menu = [Strategy("none", "none", 0, uniform[1])]
-    menu += [Strategy(f"uniform {k}", "uniform", k, uniform[k]) for k in counts]
-    menu.append(Strategy(f"sqrt(n) = {sqrt_n}", "sqrt(n)", sqrt_n, uniform[sqrt_n]))
+    menu = [Strategy("none", predicted=uniform[1])]
+    menu += [equal_segments(k, name=f"uniform {k}", predicted=uniform[k]) for k in counts]
+    menu.append(equal_segments(sqrt_n, name=f"sqrt(n) = {sqrt_n}", predicted=uniform[sqrt_n]))
     least = plan_from_profile(profile)
-    menu.append(Strategy("planned, least peak", "planned", least, least))
+    menu.append(scheduled(least, "planned, least peak"))
     plain_peak = uniform[1].predicted_peak_bytes
     for fraction in budget_fractions:
         budget = int(
@@ -81,25 +102,13 @@ def strategy_menu(
         except ValueError:
             continue
         label = f"planned, budget {(budget - profile.baseline_bytes) / MiB:.1f} MiB added"
-        menu.append(Strategy(label, "planned", plan, plan))
+        menu.append(scheduled(plan, label))
     menu += _nested_plans(model, sample_input, profile, nested_fractions, plain_peak)
-    menu += [
-        Strategy(f"selective, {k} regions", "selective", SelectiveCheckpoint(k))
-        for k in selective_regions
-    ]
-    menu += compile_budget_strategies(compile_budgets)
+    menu += [selective(regions=k, name=f"selective, {k} regions") for k in selective_regions]
+    menu += [compile_budget_strategy(b) for b in compile_budgets]
     if sample_input.device.type == "cuda":
-        menu.append(Strategy("offload to CPU", "offload", OffloadedActivations()))
+        menu.append(offloaded(name="offload to CPU"))
     return menu
-
-
-def compile_budget_strategies(budgets: tuple[float, ...]) -> list[Strategy]:
-    """``torch.compile``'s partition at each memory budget, as strategies. Its figures move with
-    the torch release (the partitioner and its decompositions change), so a notebook shows them
-    apart from the plans' release-independent ones."""
-    return [
-        Strategy(f"compile budget {b:.2f}", "compile budget", CompileBudget(b)) for b in budgets
-    ]
 
 
 def _nested_plans(
@@ -126,7 +135,7 @@ def _nested_plans(
             continue
         seen.add(plan.schedule)
         label = f"nested, budget {(budget - profile.baseline_bytes) / MiB:.1f} MiB added"
-        menu.append(Strategy(label, "nested", plan, plan))
+        menu.append(scheduled(plan, label))
     return menu
 
 
@@ -146,12 +155,13 @@ def measure_strategies(
     ratios), plus ``added_mib`` (gradients + activations at the tracked peak: what the plan
     changes) beside ``predicted_added_mib`` and the ratios to the best uniform split measured.
     """
-    records = sweep_segments(
-        model, inputs, targets, [s.segments for s in menu], device=inputs.device, repeats=repeats
-    )
-    rows = [_strategy_row(model_name, s, r) for s, r in zip(menu, records, strict=True)]
+    records = sweep_strategies(model, inputs, targets, menu, device=inputs.device, repeats=repeats)
+    rows = [
+        _strategy_row(model_name, s, r, family(s, len(model)))
+        for s, r in zip(menu, records, strict=True)
+    ]
     base = rows[0]
-    uniform = [row for row in rows if row["kind"] in ("uniform", "sqrt(n)")]
+    uniform = [row for row in rows if row["kind"] == "segments"]
     best = min(uniform, key=lambda row: row["tracked_peak_mib"], default=None)
     for row in rows:
         row["tracked_peak_ratio"] = row["tracked_peak_mib"] / base["tracked_peak_mib"]
@@ -170,13 +180,14 @@ def measure_strategies(
     return rows
 
 
-def _strategy_row(model_name: str, strategy: Strategy, record) -> dict:
+def _strategy_row(model_name: str, strategy: Strategy, record, menu_family: Family) -> dict:
     added = record.breakdown["gradients"] + record.breakdown["activations"]
-    predicted = strategy.predicted
+    predicted = cast("Plan | NestedPlan | None", strategy.predicted)
     return {
         "model": model_name,
         "checkpointing": strategy.name,
         "kind": strategy.kind,
+        "family": menu_family,
         "plan": str(predicted.boundaries if predicted else strategy.segments),
         "batch": record.batch_size,
         "tracked_peak_mib": record.peak_bytes / MiB,

@@ -1,8 +1,8 @@
 """One train/test loop for both articles, with the per-epoch figures the tutorial compares.
 
 The first article has two near-identical loops (plain and ``checkpoint_sequential``); here one
-loop takes ``segments`` instead. The second article's NetA checkpoints inside its own forward, so
-it trains here with ``segments=0``.
+loop takes a ``strategy`` instead (``equal_segments(2)``). The second article's NetA checkpoints
+inside its own forward, so it trains here with no strategy.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 from tqdm.std import tqdm
 
-from tutorial_utils.checkpointing.segments import Segments, forward_segments
+from tutorial_utils.checkpointing.strategy import NO_CHECKPOINTING, Strategy
 from tutorial_utils.measurement.devices import resolve_device
 from tutorial_utils.measurement.nvml import nvml_used_mib
 from tutorial_utils.measurement.tracker import TensorMemoryTracker
@@ -78,16 +78,10 @@ class History:
         return [asdict(record) for record in self.records]
 
 
-def model_forward(model: nn.Module, x: torch.Tensor, segments: Segments | None) -> torch.Tensor:
-    """Forward with ``segments`` for an ``nn.Sequential``; other models checkpoint themselves."""
-    if isinstance(model, nn.Sequential):
-        return forward_segments(model, x, 0 if segments is None else segments)
-    if segments not in (0, None):
-        raise ValueError(
-            f"segments={segments!r} needs an nn.Sequential; {type(model).__name__} "
-            "checkpoints inside its own forward (e.g. NetA(use_checkpoint=True)): pass segments=0"
-        )
-    return model(x)
+def model_forward(model: nn.Module, x: torch.Tensor, strategy: Strategy | None) -> torch.Tensor:
+    """``model(x)`` checkpointed as ``strategy`` says; None for a model that checkpoints itself."""
+    with (strategy or NO_CHECKPOINTING).applied(model):
+        return model(x)
 
 
 def test_model(
@@ -226,8 +220,8 @@ def _progress_stream():
     return sys.stdout if "ipykernel" in sys.modules else sys.stderr
 
 
-def train_one_epoch(model, loss_fn, optimizer, loader, segments, device, progress, desc):
-    """One pass over ``loader``: the article's loop body, ``segments`` choosing the forward."""
+def train_one_epoch(model, loss_fn, optimizer, loader, strategy, device, progress, desc):
+    """One pass over ``loader``: the article's loop body, ``strategy`` choosing the forward."""
     collect_finished_iterators()
     model.train()
     samples = 0
@@ -235,7 +229,7 @@ def train_one_epoch(model, loss_fn, optimizer, loader, segments, device, progres
     for images, target in bar:
         images, target = images.to(device), target.to(device)
         optimizer.zero_grad()
-        output = model_forward(model, images, segments)
+        output = model_forward(model, images, strategy)
         loss = loss_fn(output, target)
         loss.backward()
         optimizer.step()
@@ -250,7 +244,7 @@ def train_model(
     train_loader: Iterable,
     val_loader: Iterable,
     epochs: int = 10,
-    segments: Segments = 0,
+    strategy: Strategy | None = None,
     device: torch.device | str | None = None,
     checkpoint_dir: str | Path | None = None,
     progress: bool = True,
@@ -273,7 +267,9 @@ def train_model(
         raise ValueError(f"epochs must be at least 1, got {epochs}")
     device = resolve_device(device)
     model.to(device)
-    history = History(label=label or f"segments={segments}")
+    strategy = strategy or NO_CHECKPOINTING
+    strategy.check(model)
+    history = History(label=label or strategy.name)
     checkpoint_path = Path(checkpoint_dir) if checkpoint_dir is not None else None
     start = resume(checkpoint_path, model, optimizer, history) if checkpoint_path else 0
     for epoch in range(start, epochs):
@@ -284,7 +280,7 @@ def train_model(
         desc = f"epoch {epoch} ({history.label})"
         with tracker if track_memory else contextlib.nullcontext():
             samples = train_one_epoch(
-                model, loss_fn, optimizer, train_loader, segments, device, progress, desc
+                model, loss_fn, optimizer, train_loader, strategy, device, progress, desc
             )
         seconds = time.perf_counter() - started
         cuda_peak = torch.cuda.max_memory_allocated(device) / MiB if device.type == "cuda" else None

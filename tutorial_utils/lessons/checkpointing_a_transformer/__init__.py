@@ -4,8 +4,8 @@ The notebook's core (the Trainer flag, the model's method, LoRA, the reentrant p
 timings) is written in its copy cells with ``tutorial_utils.tools`` alone. What is here serves the
 rest: models built from configs with random weights (nothing is downloaded), at full size on the
 meta device (dry runs: exact tensor bytes and FLOPs, no time: predictions, not measurements). One
-module per job: ``models``, ``strategies`` (each a setting of ``activation_checkpointing_enable``,
-one step under each, their tables), ``layer_memory`` (one block against Korthikanti et al.'s
+module per job: ``models``, ``strategies`` (the menu of ``Strategy`` values, each applied through
+``activation_checkpointing_enable``; one step under each, their tables), ``layer_memory`` (one block against Korthikanti et al.'s
 formula, the attention kernel check against a real CPU step), ``pitfalls`` (what the installed
 ``transformers`` says and defaults to), ``reach`` (the longest sequence on a card) and
 ``explorer`` (every strategy at the batch and sequence a learner picks, in a panel); the notebook
@@ -53,7 +53,6 @@ from tutorial_utils.lessons.checkpointing_a_transformer.reach import (
 from tutorial_utils.lessons.checkpointing_a_transformer.strategies import (
     DRY_COLUMNS,
     OFFLOAD_NOTE,
-    TransformerStrategy,
     breakdown_table,
     lm_step,
     rows_table,
@@ -70,7 +69,6 @@ __all__ = [
     "SIZES",
     "Sizes",
     "StrategyExplorer",
-    "TransformerStrategy",
     "adamw",
     "add_lora",
     "attention_paths",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 
+from tutorial_utils.checkpointing.strategy import NO_CHECKPOINTING
 from tutorial_utils.display.tables import text_table
 from tutorial_utils.estimate.models import (
     build_causal_lm,
@@ -13,10 +14,7 @@ from tutorial_utils.estimate.models import (
 from tutorial_utils.lessons.checkpointing_a_transformer.models import (
     CausalLM,
 )
-from tutorial_utils.lessons.checkpointing_a_transformer.strategies import (
-    TransformerStrategy,
-    token_batch,
-)
+from tutorial_utils.lessons.checkpointing_a_transformer.strategies import token_batch
 from tutorial_utils.measurement.meta_attention import dry_run_context, unpacked_batches_on_meta
 from tutorial_utils.measurement.saved_tensors import OUTSIDE, saved_bytes_per_module
 from tutorial_utils.measurement.step import next_token_loss
@@ -60,9 +58,8 @@ def block_saved_bytes(model: CausalLM, batch: int, sequence: int) -> dict[str, i
     device = next(model.parameters()).device.type
     ids = token_batch(batch, sequence, device, model.config.vocab_size)
     blocks = {f"block {i}": block for i, block in enumerate(decoder_blocks(model))}
-    TransformerStrategy("none", "none").apply(model)
     context = dry_run_context() if device == "meta" else contextlib.nullcontext()
-    with context:
+    with context, NO_CHECKPOINTING.applied(model):
         return saved_bytes_per_module(model, blocks, lambda: next_token_loss(model(ids), ids))
 
 

@@ -7,11 +7,9 @@ from dataclasses import dataclass
 
 import torch.nn as nn
 
+from tutorial_utils.checkpointing.strategy import Strategy
 from tutorial_utils.display.tables import text_table
-from tutorial_utils.lessons.checkpointing_a_transformer.strategies import (
-    TransformerStrategy,
-    lm_step,
-)
+from tutorial_utils.lessons.checkpointing_a_transformer.strategies import lm_step
 from tutorial_utils.measurement.batch_search import largest_fitting, start_on_line
 from tutorial_utils.measurement.tracker import MemoryLimitExceeded
 
@@ -32,7 +30,7 @@ class Fit:
 
 def longest_sequences(
     model: nn.Module,
-    strategy: TransformerStrategy,
+    strategy: Strategy,
     budgets: dict[str, int],
     *,
     batch: int = 1,

@@ -1,23 +1,21 @@
-"""The ways to checkpoint a ``transformers`` model (each a call of
+"""The ways to checkpoint a ``transformers`` model (each a ``Strategy`` whose ``applied`` calls
 ``activation_checkpointing_enable``), one training step under each (a dry run at full size, or
 a real step to check it against), and their tables."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from tutorial_utils.checkpointing.selective import (
-    ATTENTION_OPS,
-    MATRIX_PRODUCT_OPS,
-    selective_context_fn,
-)
-from tutorial_utils.checkpointing.transformers_api import (
-    disable_checkpointing,
-    enable_checkpointing,
+from tutorial_utils.checkpointing.selective import ATTENTION_OPS, MATRIX_PRODUCT_OPS
+from tutorial_utils.checkpointing.strategy import (
+    NO_CHECKPOINTING,
+    Strategy,
+    every_nth_block,
+    offloaded,
+    selective,
 )
 from tutorial_utils.display.tables import columns_table, text_table
 from tutorial_utils.lessons.checkpointing_a_transformer.models import (
@@ -31,63 +29,22 @@ from tutorial_utils.units import MiB, ratio
 # -- the strategies ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class TransformerStrategy:
-    """One way to checkpoint a ``transformers`` model: a call of ``activation_checkpointing_enable``."""
-
-    name: str
-    kind: str  # none | full | every-n | selective | offload
-    use_reentrant: bool = False
-    every_n_layers: int = 1
-    saved_ops: frozenset = field(default_factory=frozenset)
-    offload: bool = False
-
-    def checkpoint_kwargs(self) -> dict:
-        """What goes to ``torch.utils.checkpoint.checkpoint`` through transformers."""
-        kwargs: dict = {"use_reentrant": self.use_reentrant}
-        if self.saved_ops:
-            kwargs["context_fn"] = selective_context_fn(self.saved_ops)
-        return kwargs
-
-    def apply(self, model: CausalLM) -> CausalLM:
-        """Switch ``model`` to this strategy (from whatever it had before)."""
-        if self.offload and next(model.parameters()).device.type != "cuda":
-            raise ValueError(f"{self.name!r} moves activations off a GPU: run it on CUDA")
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model
-        disable_checkpointing(base)  # and the input hook enabling adds: "none" must not keep it
-        if self.kind != "none":
-            enable_checkpointing(
-                base,
-                self.checkpoint_kwargs(),
-                every_n_layers=self.every_n_layers,
-                offload=self.offload,
-            )
-        return model
-
-
-def strategy_menu(layers: int, *, on_cuda: bool = False) -> list[TransformerStrategy]:
+def strategy_menu(layers: int, *, on_cuda: bool = False) -> list[Strategy]:
     """None, every block (reentrant and not), every 2nd and 4th block, two selective policies,
-    and offloading where there is a GPU to offload from."""
+    and offloading where there is a GPU to offload from. Each applied through the model's own
+    call (``Strategy.applied``: ``activation_checkpointing_enable``)."""
     menu = [
-        TransformerStrategy("none", "none"),
-        TransformerStrategy("every block, use_reentrant=True", "full", use_reentrant=True),
-        TransformerStrategy("every block (default)", "full"),
+        NO_CHECKPOINTING,
+        every_nth_block(1, use_reentrant=True, name="every block, use_reentrant=True"),
+        every_nth_block(1, name="every block (default)"),
     ]
+    menu += [every_nth_block(n) for n in (2, 4) if n < layers]
     menu += [
-        TransformerStrategy(f"every {nth} block", "every-n", every_n_layers=n)
-        for n, nth in ((2, "2nd"), (4, "4th"))
-        if n < layers
-    ]
-    menu += [
-        TransformerStrategy("selective: save matmuls", "selective", saved_ops=MATRIX_PRODUCT_OPS),
-        TransformerStrategy(
-            "selective: save matmuls + attention",
-            "selective",
-            saved_ops=MATRIX_PRODUCT_OPS | ATTENTION_OPS,
-        ),
+        selective(MATRIX_PRODUCT_OPS, name="selective: save matmuls"),
+        selective(MATRIX_PRODUCT_OPS | ATTENTION_OPS, name="selective: save matmuls + attention"),
     ]
     if on_cuda:
-        menu.append(TransformerStrategy("every block, offloaded", "offload", offload=True))
+        menu.append(offloaded())
     return menu
 
 
@@ -113,7 +70,7 @@ def token_batch(batch: int, sequence: int, device: str, vocab_size: int) -> torc
 
 def lm_step(
     model: CausalLM,
-    strategy: TransformerStrategy,
+    strategy: Strategy,
     batch: int,
     sequence: int,
     *,
@@ -123,11 +80,11 @@ def lm_step(
     a real step (untimed: the notebook times real steps with ``tools.time_turns``)."""
     device = next(model.parameters()).device.type
     ids = token_batch(batch, sequence, device, model.config.vocab_size)
-    strategy.apply(model)
     return measure_step(
         model,
         ids,
         ids,
+        strategy,
         optimizer_factory=adamw,
         loss_fn=next_token_loss,
         device=device,
@@ -137,7 +94,7 @@ def lm_step(
 
 
 def strategy_rows(
-    model: CausalLM, menu: Sequence[TransformerStrategy], batch: int, sequence: int
+    model: CausalLM, menu: Sequence[Strategy], batch: int, sequence: int
 ) -> list[dict]:
     """One ``lm_step`` per strategy, as rows; ratios to the first (which should be "none")."""
     rows: list[dict[str, Any]] = []
@@ -155,7 +112,6 @@ def strategy_rows(
                 "source": report.source,
             }
         )
-    menu[0].apply(model)
     base = rows[0]
     for row in rows:
         row["peak_ratio"] = row["tracked_peak_mib"] / base["tracked_peak_mib"]

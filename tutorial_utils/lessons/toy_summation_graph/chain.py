@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import cast
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from tutorial_utils.articles.profiles import Profile
-from tutorial_utils.checkpointing.segments import forward_segments, segment_boundaries
+from tutorial_utils.checkpointing.segments import segment_boundaries
+from tutorial_utils.checkpointing.strategy import equal_segments
 from tutorial_utils.measurement.dry_run import dry_run_step
 from tutorial_utils.measurement.gradients import named_gradients
 from tutorial_utils.measurement.step import SweepRecord
@@ -156,8 +156,7 @@ def compare_with_model(
         raise ValueError(f"unit_bytes must be positive, got {unit_bytes}")
     comparisons = []
     for record in records:
-        # a sweep of segment counts, never strategies (sequential_cost raises for a non-int)
-        segments = cast(int, record.segments)
+        segments = record.strategy.segments  # the count, 0 or 1 on no checkpointing
         comparisons.append(
             ModelComparison(
                 segments=segments,
@@ -176,7 +175,8 @@ def forward_peak_bytes(
     """Tracked peak of one forward pass above what existed before it (parameters, inputs)."""
     with torch.set_grad_enabled(grad_enabled):
         with TensorMemoryTracker(model, inputs=(inputs,)) as tracker:
-            output = forward_segments(model, inputs, segments, use_reentrant=False)
+            with equal_segments(segments).applied(model):
+                output = model(inputs)
         del output
     return tracker.peak_bytes - tracker.baseline_bytes
 
@@ -201,8 +201,11 @@ def predicted_time_ratios(
 ) -> dict[int, float]:
     """Each count's training-step FLOPs over the plain step's, by dry run: the time ratio that
     recomputation alone predicts."""
-    flops = {count: dry_run_step(model, input_shape, count).flops for count in segment_counts}
-    plain = dry_run_step(model, input_shape, 0).flops
+    flops = {
+        count: dry_run_step(model, input_shape, equal_segments(count)).flops
+        for count in segment_counts
+    }
+    plain = dry_run_step(model, input_shape).flops
     ratios = {}
     for count, step in flops.items():
         assert step is not None and plain is not None  # a dry run counts FLOPs

@@ -4,17 +4,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import cast
 
 import matplotlib.pyplot as plt
 import torch
 import torch.nn as nn
 from matplotlib.figure import Figure
 
+from tutorial_utils.checkpointing.strategy import Strategy, equal_segments
 from tutorial_utils.display.plotting import figure_subtitle
 from tutorial_utils.measurement.dry_run import on_meta
 from tutorial_utils.measurement.saved_tensors import ActivationAccount
-from tutorial_utils.measurement.step import StepReport, SweepRecord, measure_step, sweep_segments
+from tutorial_utils.measurement.step import StepReport, SweepRecord, measure_step, sweep_strategies
 from tutorial_utils.units import MiB
 
 # -- where the activations sit ---------------------------------------------------------------
@@ -81,7 +81,12 @@ def step_timelines(
     run = on_meta(model) if inputs.device.type == "meta" else model
     return {
         f"segments={segments}": measure_step(
-            run, inputs, targets, segments, time_step=False, record_timeline=True
+            run,
+            inputs,
+            targets,
+            equal_segments(segments, keep_batchnorm=False),
+            time_step=False,
+            record_timeline=True,
         )
         for segments in segment_counts
     }
@@ -106,19 +111,27 @@ def article_batch(batch_size: int = ARTICLE_BATCH) -> tuple[torch.Tensor, torch.
 def dry_run_sweep(
     model: nn.Sequential, batch_size: int, segment_counts: Sequence[int]
 ) -> list[SweepRecord]:
-    """``sweep_segments`` at the article's 224 px on a meta copy of ``model``: exact bytes, FLOPs."""
+    """``sweep_strategies`` at the article's 224 px on a meta copy of ``model``, one
+    ``checkpoint_sequential`` split per count: exact bytes, FLOPs."""
     inputs, targets = article_batch(batch_size)
-    return sweep_segments(on_meta(model), inputs, targets, segment_counts, device="meta")
+    return sweep_strategies(
+        on_meta(model), inputs, targets, sequential_splits(segment_counts), device="meta"
+    )
+
+
+def sequential_splits(segment_counts: Sequence[int]) -> list[Strategy]:
+    """``checkpoint_sequential(model, k, x)`` for each count ``k``, as strategies."""
+    return [equal_segments(k, keep_batchnorm=False) for k in segment_counts]
 
 
 def best_uniform_split(records: Sequence[SweepRecord]) -> SweepRecord:
     """The measured record with the lowest tracked peak (fewest segments on ties)."""
-    return min(records, key=lambda r: (r.peak_bytes, r.segments))
+    return min(records, key=lambda r: (r.peak_bytes, r.strategy.segments))
 
 
 def format_sweep(records: Sequence[SweepRecord], chosen: int | None = None) -> str:
     """A sweep as a table, ratios to its plain record; time measured, or FLOPs in a dry run."""
-    plain = next(r for r in records if r.segments in (0, 1))
+    plain = next(r for r in records if r.strategy.kind == "none")
     dry = plain.dry_run
     time_title = "GFLOP" if dry else "step s"
     ratio_title = "time/plain (FLOPs)" if dry else "time/plain"
@@ -127,19 +140,18 @@ def format_sweep(records: Sequence[SweepRecord], chosen: int | None = None) -> s
         f"{'segments':>8} {'peak MiB':>9} {'activations MiB':>15} {time_title:>8}"
         f" {'peak/plain':>11} {ratio_title:>19}",
     ]
-    # the sweeps shown here run segment counts, never strategies: every record's segments is an int
-    for record in sorted(records, key=lambda r: cast(int, r.segments)):
+    for record in sorted(records, key=lambda r: r.strategy.segments):
         if dry:
             assert record.flops is not None and plain.flops is not None  # dry runs count FLOPs
             work = f"{record.flops.total / 1e9:>8,.0f}"
             time_ratio = record.flops.overhead_vs(plain.flops)
         else:
-            # sweep_segments times every count of a real sweep
+            # sweep_strategies times every strategy of a real sweep
             assert record.seconds is not None and plain.seconds is not None
             work, time_ratio = f"{record.seconds:>8.2f}", record.seconds / plain.seconds
-        mark = "  <- chosen" if record.segments == chosen else ""
+        mark = "  <- chosen" if record.strategy.segments == chosen else ""
         lines.append(
-            f"{record.segments:>8} {record.peak_bytes / MiB:>9,.1f}"
+            f"{record.strategy.segments:>8} {record.peak_bytes / MiB:>9,.1f}"
             f" {record.breakdown['activations'] / MiB:>15,.1f} {work}"
             f" {record.peak_bytes / plain.peak_bytes:>11.3f} {time_ratio:>19.2f}{mark}"
         )

@@ -14,8 +14,12 @@ from tutorial_utils.checkpointing.segments import (
     validate_segments,
 )
 from tutorial_utils.display.plotting import figure_subtitle, plot_breakdown, plot_segment_sweep
-from tutorial_utils.lessons.vgg16_dogcat.activations import dry_run_sweep, format_sweep
-from tutorial_utils.measurement.step import SweepRecord, sweep_segments
+from tutorial_utils.lessons.vgg16_dogcat.activations import (
+    dry_run_sweep,
+    format_sweep,
+    sequential_splits,
+)
+from tutorial_utils.measurement.step import SweepRecord, sweep_strategies
 
 # -- the flat layout, explored ---------------------------------------------------------------
 
@@ -54,7 +58,7 @@ class SegmentExplorer:
                 measured = dry_run_sweep(self.model, batch_size, missing)
             else:
                 inputs, targets = self.make_batch(batch_size)
-                measured = sweep_segments(self.model, inputs, targets, missing)
+                measured = sweep_strategies(self.model, inputs, targets, sequential_splits(missing))
             for segments, record in zip(missing, measured, strict=True):  # one record per count
                 self.records[(scale, segments, batch_size)] = record
         return [self.records[(scale, s, batch_size)] for s in segment_counts]
