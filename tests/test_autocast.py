@@ -136,6 +136,7 @@ def _conv_chain() -> nn.Sequential:
 def test_the_batch_search_and_the_floor_follow_torch_autocast():
     """Inside ``torch.autocast`` the search's trials and the floor are those of the mixed-precision
     step: the float32 floor would lie above the real bf16 steps, the autocast one lies below."""
+    from tutorial_utils.checkpointing.strategy import equal_segments
     from tutorial_utils.measurement.batch_search import find_max_batch_size
     from tutorial_utils.measurement.dry_run import dry_run_step, meta_copy
     from tutorial_utils.measurement.step import measure_step
@@ -153,7 +154,9 @@ def test_the_batch_search_and_the_floor_follow_torch_autocast():
         floor = peak_floor(meta_copy(_conv_chain()), *meta_batch)
         search = find_max_batch_size(_conv_chain, shape[1:], budget, device="meta", max_batch=64)
         real_peaks = [
-            measure_step(_conv_chain(), inputs, targets, count, time_step=False).peak_bytes
+            measure_step(
+                _conv_chain(), inputs, targets, equal_segments(count), time_step=False
+            ).peak_bytes
             for count in (0, 2, 3)
         ]
     assert floor == peak_floor(meta_copy(_conv_chain()), *meta_batch, autocast=dry_autocast())
