@@ -389,23 +389,40 @@ def measure_step(
     step = functools.partial(_forward_backward_step, *parts)
     count_flops = dry_run if count_flops is None else count_flops
     flops = _tracked(step, tracker, optimizer, device, autocast, count_flops)
-    cuda, nvml, mps, missing = _device_readings(device, allocated_before)
+    readings = _device_readings(device, allocated_before)  # before the gradients go
     optimizer.zero_grad(set_to_none=True)
+    return _report(tracker, strategy, len(inputs), device, (seconds, timing), flops, readings)
+
+
+def _report(
+    tracker: TensorMemoryTracker,
+    strategy: Strategy,
+    batch_size: int,
+    device: torch.device,
+    times: tuple[float | None, Timing | None],
+    flops: StepFlops | None,
+    readings: tuple[
+        CudaReadings | None, NvmlReading, MpsReadings | None, dict[DeviceReadings, str]
+    ],
+) -> StepReport:
+    """The tracked step's figures, its time, and what the device itself read after it."""
+    cuda, nvml, mps, missing = readings
+    recorded = tracker.record_timeline
     return StepReport(
         peak_bytes=tracker.peak_bytes,
         breakdown=dict(tracker.breakdown_at_peak),
         activation_peak_bytes=tracker.activation_peak_bytes,
         baseline_bytes=tracker.baseline_bytes,
-        seconds=seconds,
+        seconds=times[0],
         strategy=strategy,
-        batch_size=len(inputs),
+        batch_size=batch_size,
         device=str(device),
-        timing=timing,
+        timing=times[1],
         flops=flops,
         phase_peak_bytes=dict(tracker.phase_peak_bytes),
-        rounded_to_blocks=round_to_blocks,
-        timeline=list(tracker.timeline) if record_timeline else None,
-        category_timeline=list(tracker.category_timeline) if record_timeline else None,
+        rounded_to_blocks=tracker.round_to_blocks,
+        timeline=list(tracker.timeline) if recorded else None,
+        category_timeline=list(tracker.category_timeline) if recorded else None,
         allocations=tracker.allocations,
         cuda=cuda,
         nvml=nvml,
