@@ -33,6 +33,7 @@ from tutorial_utils.articles.experiments import adam_optimizer
 from tutorial_utils.articles.models import (
     NETA_SEGMENTS,
     NetA,
+    deep_tanh_chain,
     flatten_vgg16,
     neta_as_sequential,
     vgg16_classifier,
@@ -47,12 +48,8 @@ from tutorial_utils.checkpointing.strategy import (
 )
 from tutorial_utils.display.tables import Column, columns_table
 from tutorial_utils.estimate.timing import estimate_bench, print_estimate_bench
-from tutorial_utils.lessons.choosing_what_to_checkpoint import (
-    batchnorm_updates,
-    deep_tanh_chain,
-    one_level_against_nested,
-)
 from tutorial_utils.measurement.batch_search import find_max_batch_size
+from tutorial_utils.measurement.batchnorm import batchnorm_updates
 from tutorial_utils.measurement.devices import default_device, hardware_line
 from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step
 from tutorial_utils.measurement.step import (
@@ -66,6 +63,7 @@ from tutorial_utils.measurement.timing import load_average_line
 from tutorial_utils.planning.budget import plan_checkpoints
 from tutorial_utils.planning.compile_budget import compile_budget_strategy
 from tutorial_utils.planning.limits import peak_floor
+from tutorial_utils.planning.nested import one_level_against_nested
 from tutorial_utils.planning.planner import Plan
 from tutorial_utils.planning.profile import profile_sequential
 from tutorial_utils.planning.strategies import family, measure_strategies, strategy_menu
@@ -324,8 +322,8 @@ def deep_chain_dry_run_rows(pairs: int = DEEP_CHAIN_PAIRS) -> list[dict]:
     }
     rows = [_row(name, "none", dry_run_step(chain, shape))]
     for key, label in labels.items():
-        runs = max(comparison["plans"][key].runs)
-        rows.append(_row(name, f"{label} (runs {runs}x)", comparison["reports"][key]))
+        runs = max(comparison.plans[key].runs)
+        rows.append(_row(name, f"{label} (runs {runs}x)", comparison.reports[key]))
     return add_ratios(rows)
 
 

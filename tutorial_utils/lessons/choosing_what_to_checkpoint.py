@@ -8,34 +8,23 @@ a second) and writes its figure and text straight into an Output widget.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
-import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from tutorial_utils.articles.models import vgg16_classifier
 from tutorial_utils.articles.profiles import Profile
-from tutorial_utils.checkpointing.batchnorm import largest_difference, running_stats
-from tutorial_utils.checkpointing.strategy import NO_CHECKPOINTING, Strategy, scheduled
 from tutorial_utils.display.labels import annotate_points
 from tutorial_utils.display.plotting import figure_subtitle
 from tutorial_utils.display.tables import columns_table
 from tutorial_utils.display.widgets import budget_slider, result_outputs
-from tutorial_utils.measurement.dry_run import dry_run_step
 from tutorial_utils.planning.limits import PeakFloor
-from tutorial_utils.planning.nested import (
-    NestedPlan,
-    nested_from_profile,
-    one_level_schedule,
-    simulate,
-)
+from tutorial_utils.planning.nested import NestedComparison, NestedPlan, nested_from_profile
 from tutorial_utils.planning.planner import Plan, evaluate_plan, plan_from_profile
 from tutorial_utils.planning.profile import ModelProfile
 from tutorial_utils.units import MiB
@@ -57,9 +46,6 @@ RUNS_LABELS = {
     2: "checkpointed: recomputed once in backward",
     3: "nested: recomputed two or more times",
 }
-
-
-ROUNDING = 1e-5  # running statistics closer than this to the plain step's differ by rounding only
 
 
 @dataclass(frozen=True)
@@ -100,14 +86,6 @@ def conv_vgg16(num_classes: int = 2) -> nn.Sequential:
     )
 
 
-def deep_tanh_chain(pairs: int, width: int = 256, classes: int = 10) -> nn.Sequential:
-    """``pairs`` x (Linear, Tanh) and a Linear head: a deep chain of equal layers."""
-    layers: list[nn.Module] = []
-    for _ in range(pairs):
-        layers += [nn.Linear(width, width), nn.Tanh()]
-    return nn.Sequential(*layers, nn.Linear(width, classes))
-
-
 def recompute_accounting(plan: Plan, plain_gflop: float, planned_gflop: float) -> str:
     """The planner's recompute count beside the extra FLOPs the dry-run step really did."""
     return (
@@ -116,70 +94,19 @@ def recompute_accounting(plan: Plan, plain_gflop: float, planned_gflop: float) -
     )
 
 
-def batchnorm_updates(
-    model: nn.Sequential,
-    inputs: torch.Tensor,
-    targets: torch.Tensor,
-    strategies: dict[str, Strategy],
-) -> str:
-    """For each strategy, one training step on a copy: how many BatchNorm layers counted more
-    than one update, and how far running statistics are from the plain step's (identical, or the
-    largest difference: a second update moves them by the momentum, a decomposed compiled
-    BatchNorm only by rounding, whose digits vary with the machine's kernels)."""
-
-    def step(strategy: Strategy):
-        probe = copy.deepcopy(model).train()
-        with strategy.applied(probe):
-            output = probe(inputs)
-        F.cross_entropy(output, targets).backward()
-        return running_stats(probe)
-
-    plain = step(NO_CHECKPOINTING)
-    width = max(len(name) for name in strategies)
-    lines = [f"{'strategy':<{width}}  {'BatchNorms updated twice':>24}  statistics against plain"]
-    for name, strategy in strategies.items():
-        stats = step(strategy)
-        doubled = sum(int(layer["num_batches_tracked"]) > 1 for layer in stats.values())
-        gap = largest_difference(stats, plain)
-        verdict = (
-            "identical"
-            if gap == 0
-            else f"rounding only (under {ROUNDING:.0e})"
-            if gap < ROUNDING
-            else f"differ by up to {gap:.1e}"
-        )
-        lines.append(f"{name:<{width}}  {doubled:>20} of {len(stats)}  {verdict}")
-    return "\n".join(lines)
-
-
-def one_level_against_nested(model: nn.Sequential, input_shape: tuple[int, ...], profile) -> dict:
-    """The one-level least-peak plan and the nested plan of least activation memory within one
-    extra forward pass of recompute over it, both measured by dry run."""
-    one_level = plan_from_profile(profile)
-    forward = sum(layer.forward_flops for layer in profile.layers)
-    ceiling, _ = simulate(profile, one_level_schedule(one_level.boundaries))
-    nested = nested_from_profile(
-        profile, max_recompute=one_level.recompute_flops + forward, max_bytes=ceiling
-    )
-    reports = {name: dry_run_step(model, input_shape, scheduled(plan))
-               for name, plan in (("one level", one_level), ("nested", nested))}  # fmt: skip
-    return {"forward_flops": forward, "plans": {"one level": one_level, "nested": nested},
-            "reports": reports}  # fmt: skip
-
-
-def nested_table(result: dict) -> str:
+def nested_table(result: NestedComparison) -> str:
     """Activation memory and recompute of the two plans, as a dry run measured them."""
-    base = result["reports"]["one level"].activation_peak_bytes
+    base = result.reports["one level"].activation_peak_bytes
     lines = [
         f"{'plan':<10}  {'activation peak MiB':>19}  {'vs one level':>12}  "
         f"{'recompute (forward passes)':>26}  most runs of a module"
     ]
-    for name, plan in result["plans"].items():
-        peak = result["reports"][name].activation_peak_bytes
+    for name, plan in result.plans.items():
+        peak = result.reports[name].activation_peak_bytes
         runs = max(plan.runs)
         lines.append(
             f"{name:<10}  {peak / MiB:>19,.1f}  {peak / base:>12.2f}  "
-            f"{plan.recompute_flops / result['forward_flops']:>26.2f}  {runs}"
+            f"{plan.recompute_flops / result.forward_flops:>26.2f}  {runs}"
         )
     return "\n".join(lines)
 
