@@ -8,8 +8,9 @@ a second) and writes its figure and text straight into an Output widget.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
@@ -23,10 +24,12 @@ from tutorial_utils.display.labels import annotate_points
 from tutorial_utils.display.plotting import figure_subtitle
 from tutorial_utils.display.tables import columns_table
 from tutorial_utils.display.widgets import budget_slider, result_outputs
+from tutorial_utils.measurement.timing import Timing
 from tutorial_utils.planning.limits import PeakFloor
 from tutorial_utils.planning.nested import NestedComparison, NestedPlan, nested_from_profile
 from tutorial_utils.planning.planner import Plan, evaluate_plan, plan_from_profile
 from tutorial_utils.planning.profile import ModelProfile
+from tutorial_utils.planning.strategies import StrategyRow
 from tutorial_utils.units import MiB
 
 KIND_STYLES = {
@@ -111,7 +114,10 @@ def nested_table(result: NestedComparison) -> str:
     return "\n".join(lines)
 
 
-def pareto_front(rows: Sequence[dict], x: str, y: str) -> list[dict]:
+Row = TypeVar("Row", bound=Mapping[str, Any])
+
+
+def pareto_front(rows: Sequence[Row], x: str, y: str) -> list[Row]:
     """The rows no other row beats on both ``x`` and ``y`` (lower is better), by ``x``."""
     front, best_y = [], float("inf")
     for row in sorted(rows, key=lambda r: (r[x], r[y])):
@@ -122,10 +128,10 @@ def pareto_front(rows: Sequence[dict], x: str, y: str) -> list[dict]:
 
 
 def plot_pareto(
-    rows: Sequence[dict],
+    rows: Sequence[StrategyRow],
     title: str,
     *,
-    y: str = "added_mib",
+    y: Literal["added_mib", "tracked_peak_mib"] = "added_mib",
     subtitle: str | None = None,
     floor_mib: float | None = None,
 ) -> Figure:
@@ -138,7 +144,7 @@ def plot_pareto(
     (``limits.peak_floor``), in the units of ``y``.
     """
     dry = all(row["step_seconds"] is None for row in rows)
-    x = "flops_ratio" if dry else "step_seconds"
+    x: Literal["flops_ratio", "step_seconds"] = "flops_ratio" if dry else "step_seconds"
     fig, ax = plt.subplots(figsize=(9.5, 4.8))
     plt.close(fig)
     for kind, (color, marker) in KIND_STYLES.items():
@@ -171,7 +177,10 @@ def plot_pareto(
         if row["family"] not in ("uniform", "planned") or row["checkpointing"].endswith(
             "least peak"
         ):
-            labels.setdefault((row[x], row[y]), []).append(row["checkpointing"])
+            point = row[x]
+            if point is None:
+                raise ValueError(f"{row['checkpointing']!r} has no {x}: plot the rows of one run")
+            labels.setdefault((point, row[y]), []).append(row["checkpointing"])
     ax.set_xlabel(
         "predicted step time / no checkpointing (FLOPs, dry run)"
         if dry
@@ -286,7 +295,7 @@ DRY_RUN_TIME_COLUMNS = (
 )
 
 
-def strategy_table(rows: Sequence[dict]) -> str:
+def strategy_table(rows: Sequence[StrategyRow]) -> str:
     """``measure_strategies`` rows as an aligned text table, headed by how they were obtained;
     measured seconds for real steps, FLOPs for dry runs; n/a where there is no prediction."""
     dry = all(row["step_seconds"] is None for row in rows)
@@ -295,7 +304,7 @@ def strategy_table(rows: Sequence[dict]) -> str:
     return f"{rows[0]['source']}\n{table}" if rows and rows[0].get("source") else table
 
 
-def key_rows(rows: Sequence[dict]) -> list[dict]:
+def key_rows(rows: Sequence[StrategyRow]) -> list[StrategyRow]:
     """The rows the text discusses: none, the best uniform split measured, sqrt(n), the plans,
     selective checkpointing and compile budgets (the full table is ``strategy_table(rows)``)."""
     uniform = [row for row in rows if row["family"] == "uniform"]
@@ -309,7 +318,7 @@ def key_rows(rows: Sequence[dict]) -> list[dict]:
     ]
 
 
-def above_none(rows: Sequence[dict]) -> str:
+def above_none(rows: Sequence[StrategyRow]) -> str:
     """The strategies whose tracked peak is above no checkpointing's, each with its FLOP ratio:
     the points of a Pareto plot that the text must explain."""
     none = next(row for row in rows if row["family"] == "none")
@@ -322,10 +331,10 @@ def above_none(rows: Sequence[dict]) -> str:
     return f"above none's {none['tracked_peak_mib']:,.1f} MiB: {listed}"
 
 
-def floor_table(rows: Sequence[dict], floor: PeakFloor) -> str:
+def floor_table(rows: Sequence[StrategyRow], floor: PeakFloor) -> str:
     """None, the best uniform split, the planner, and the least peak of each other family
     (nested, selective, compile budget) against the floor."""
-    chosen = {"none": rows[0]}
+    chosen: dict[str, StrategyRow] = {"none": rows[0]}
     uniform = [row for row in rows if row["family"] in ("uniform", "sqrt(n)")]
     if uniform:
         best = min(uniform, key=lambda row: row["tracked_peak_mib"])
@@ -353,17 +362,19 @@ def floor_table(rows: Sequence[dict], floor: PeakFloor) -> str:
 
 
 def prediction_errors(
-    measured: Sequence[dict], dry: Sequence[dict], roofline: dict[str, float]
+    measured: Sequence[StrategyRow], dry: Sequence[StrategyRow], roofline: dict[str, float]
 ) -> str:
     """Median measured time ratios to "none" beside the FLOP and roofline predictions, with each
     prediction's error; rows within noise are marked, and their errors mean little."""
-    reference = measured[0]["step_timing"]
+    reference = _timing(measured[0])
     width = max(len(row["checkpointing"]) for row in measured)
     lines = [f"{'strategy':<{width}}  {'measured':>8}  {'FLOPs':>13}  {'roofline':>13}  noise"]
     for real, counted in zip(measured[1:], dry[1:], strict=True):
-        timing, name = real["step_timing"], real["checkpointing"]
+        timing, name = _timing(real), real["checkpointing"]
         ratio = timing.median / reference.median
-        flops, roof = counted["flops_ratio"], roofline[name]
+        flops, roof = counted.get("flops_ratio"), roofline[name]
+        if flops is None:
+            raise ValueError(f"{name!r} has no FLOP ratio: pass the rows of a dry run as dry")
         noise = (
             "1 run"
             if timing.repeats == 1
@@ -374,3 +385,10 @@ def prediction_errors(
             f"x{roof:.2f} {ratio / roof - 1:>+5.0%}  {noise}"
         )
     return "\n".join(lines)
+
+
+def _timing(row: StrategyRow) -> Timing:
+    timing = row["step_timing"]
+    if timing is None:
+        raise ValueError(f"{row['checkpointing']!r} was not timed: pass the rows of real steps")
+    return timing
