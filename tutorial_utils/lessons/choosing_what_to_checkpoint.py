@@ -1,5 +1,9 @@
 """Notebook 04's sizes, models, figures and budget slider: strategies on a Pareto plot, a plan on
-its layers, the roofline against the clock, BatchNorm under each strategy, one-level against nested plans.
+its layers, the roofline against the clock, one-level against nested plans as a table.
+
+The experiments the bench runs too live below the lessons: BatchNorm under each strategy in
+``measurement.batchnorm``, the deep chain in ``articles.models``, one level against nested in
+``planning.nested``.
 
 Figures follow ``plotting``'s conventions (returned detached, titled with profile and device).
 The budget explorer re-plans on every slider change (planning a profiled model takes well under
