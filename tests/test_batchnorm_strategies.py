@@ -19,7 +19,7 @@ from tutorial_utils.checkpointing.strategy import (
     scheduled,
     selective,
 )
-from tutorial_utils.lessons.choosing_what_to_checkpoint import batchnorm_updates
+from tutorial_utils.measurement.batchnorm import batchnorm_updates
 from tutorial_utils.measurement.dry_run import meta_copy
 from tutorial_utils.planning.budget import plan_checkpoints
 

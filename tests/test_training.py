@@ -182,3 +182,12 @@ def test_command_line_trains_on_generated_data_and_prints_the_log_and_a_summary(
     summary = json.loads(result.stdout[result.stdout.index("{\n") :])
     assert summary["experiment"] == experiment and summary["synthetic_data"] is True
     assert summary["epochs"][0]["tracked_peak_mib"] > 0
+
+
+def test_an_epoch_row_holds_every_field_of_its_record():
+    """``History.as_rows`` casts ``asdict(record)`` to ``EpochRow``: the two must keep one set of
+    fields, in one order, or the typed rows lie."""
+    record = loop.EpochRecord(1, 50.0, 0.7, 60.0, 0.6, 2.0, 100.0, tracked_peak_mib=12.5)
+    (row,) = loop.History("run", [record]).as_rows()
+    assert list(row) == list(loop.EpochRow.__annotations__)
+    assert row["tracked_peak_mib"] == 12.5 and row["nvml_used_mib"] is None

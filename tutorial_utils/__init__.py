@@ -3,15 +3,15 @@
 The names below are the public API, the tools to take into your own training script (the
 README's "Use it on your own model" shows them at work), every type they return (``StepReport``
 with its device readings ``CudaReadings``, ``NvmlReading`` and ``MpsReadings``, ``SweepRecord``,
-``MaxBatchResult`` and its ``BatchTrial``, ``Plan``, ``NestedPlan``, ``PeakFloor``, ``History``;
-``tests/test_public_api.py`` fails on a returned class left out), the optimizer factory they all
-take (``OptimizerFactory``, default ``default_optimizer``) and how to checkpoint: a ``Strategy``
-(``equal_segments(k)``, ``every_nth_block(n)``, ``selective(ops)``, ``offloaded()``,
-``scheduled(plan)``, ``NO_CHECKPOINTING``), which every step, sweep, search and loop takes as
-``strategy=`` and which ``strategy.applied(model)`` puts on any model (``checkpointed_blocks``
-wraps blocks you choose yourself). They are imported lazily, on first use, so
-``python -m tutorial_utils --help`` answers before torch is loaded. The layers behind them are
-described in docs/ARCHITECTURE.md.
+``MaxBatchResult`` and its ``BatchTrial``, ``Plan``, ``NestedPlan``, ``PeakFloor``, ``History``
+and its rows ``EpochRow``; ``tests/test_public_api.py`` fails on a returned class left out), the
+optimizer factory they all take (``OptimizerFactory``, default ``default_optimizer``) and how to
+checkpoint: a ``Strategy`` (``equal_segments(k)``, ``every_nth_block(n)``, ``selective(ops)``,
+``offloaded()``, ``scheduled(plan)``, ``NO_CHECKPOINTING``), which every step, sweep, search and
+loop takes as ``strategy=`` and which ``strategy.applied(model)`` puts on any model
+(``checkpointed_blocks`` wraps blocks you choose yourself). They are imported lazily, on first
+use, so ``python -m tutorial_utils --help`` answers before torch is loaded. The layers behind them
+are described in docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ if TYPE_CHECKING:  # what an IDE or a type checker sees; at run time the names l
     from tutorial_utils.planning.limits import peak_floor as peak_floor
     from tutorial_utils.planning.nested import NestedPlan as NestedPlan
     from tutorial_utils.planning.planner import Plan as Plan
+    from tutorial_utils.training.loop import EpochRow as EpochRow
     from tutorial_utils.training.loop import History as History
     from tutorial_utils.training.loop import train_model as train_model
 
@@ -96,6 +97,7 @@ _PUBLIC = {
     # training
     "train_model": "tutorial_utils.training.loop",
     "History": "tutorial_utils.training.loop",
+    "EpochRow": "tutorial_utils.training.loop",
 }
 
 __all__ = sorted(_PUBLIC)

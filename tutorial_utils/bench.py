@@ -24,8 +24,8 @@ import dataclasses
 import functools
 import math
 import time
-from collections.abc import Callable, Sequence
-from typing import cast
+from collections.abc import Callable, Mapping, Sequence
+from typing import Literal, NotRequired, TypedDict, cast
 
 import torch
 
@@ -33,6 +33,7 @@ from tutorial_utils.articles.experiments import adam_optimizer
 from tutorial_utils.articles.models import (
     NETA_SEGMENTS,
     NetA,
+    deep_tanh_chain,
     flatten_vgg16,
     neta_as_sequential,
     vgg16_classifier,
@@ -47,12 +48,8 @@ from tutorial_utils.checkpointing.strategy import (
 )
 from tutorial_utils.display.tables import Column, columns_table
 from tutorial_utils.estimate.timing import estimate_bench, print_estimate_bench
-from tutorial_utils.lessons.choosing_what_to_checkpoint import (
-    batchnorm_updates,
-    deep_tanh_chain,
-    one_level_against_nested,
-)
 from tutorial_utils.measurement.batch_search import find_max_batch_size
+from tutorial_utils.measurement.batchnorm import batchnorm_updates
 from tutorial_utils.measurement.devices import default_device, hardware_line
 from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step
 from tutorial_utils.measurement.step import (
@@ -66,9 +63,15 @@ from tutorial_utils.measurement.timing import load_average_line
 from tutorial_utils.planning.budget import plan_checkpoints
 from tutorial_utils.planning.compile_budget import compile_budget_strategy
 from tutorial_utils.planning.limits import peak_floor
+from tutorial_utils.planning.nested import one_level_against_nested
 from tutorial_utils.planning.planner import Plan
 from tutorial_utils.planning.profile import profile_sequential
-from tutorial_utils.planning.strategies import family, measure_strategies, strategy_menu
+from tutorial_utils.planning.strategies import (
+    StrategyRow,
+    family,
+    measure_strategies,
+    strategy_menu,
+)
 from tutorial_utils.units import MiB, ratio
 
 DOGCAT_CLASSES, CIFAR_CLASSES = 2, 10
@@ -85,8 +88,45 @@ DEEP_CHAIN_PAIRS, DEEP_CHAIN_BATCH = 128, 4096  # issue 23's chain: 257 modules
 VGG16_ARTICLE, VGG16_FLAT = "VGG16 (article, 10 modules)", "VGG16 (flat, 40 modules)"
 NETA_CHECKPOINTED = f"{NETA_SEGMENTS} checkpointed segments"
 
+
+class BenchRow(TypedDict):
+    """One step of a bench table (``_row``): MiB, seconds and GFLOP, None where not measured."""
+
+    model: str
+    checkpointing: str
+    batch: int
+    tracked_peak_mib: float
+    activation_peak_mib: float | None  # None on the floor row: a bound, not a step
+    cuda_peak_allocated_mib: NotRequired[float | None]  # this and the next two: not on the floor
+    nvml_used_mib: NotRequired[float | None]
+    step_seconds: NotRequired[float | None]
+    step_gflop: float | None
+    source: str
+    # ratios to the same model without checkpointing (``add_ratios``)
+    tracked_peak_ratio: NotRequired[float | None]
+    activation_peak_ratio: NotRequired[float | None]
+    cuda_peak_allocated_ratio: NotRequired[float | None]
+    step_ratio: NotRequired[float | None]
+    flops_ratio: NotRequired[float | None]
+
+
+RatioFigure = Literal[
+    "tracked_peak_mib",
+    "activation_peak_mib",
+    "cuda_peak_allocated_mib",
+    "step_seconds",
+    "step_gflop",
+]
+RatioKey = Literal[
+    "tracked_peak_ratio",
+    "activation_peak_ratio",
+    "cuda_peak_allocated_ratio",
+    "step_ratio",
+    "flops_ratio",
+]
+
 # Each figure and the key of its ratio to the step without checkpointing.
-RATIO_OF = {
+RATIO_OF: dict[RatioFigure, RatioKey] = {
     "tracked_peak_mib": "tracked_peak_ratio",
     "activation_peak_mib": "activation_peak_ratio",
     "cuda_peak_allocated_mib": "cuda_peak_allocated_ratio",
@@ -103,7 +143,7 @@ def _inputs(batch: int, side: int, classes: int) -> tuple[torch.Tensor, torch.Te
     )
 
 
-def _row(model: str, setting: str, record: StepReport) -> dict:
+def _row(model: str, setting: str, record: StepReport) -> BenchRow:
     return {
         "model": model,
         "checkpointing": setting,
@@ -120,7 +160,7 @@ def _row(model: str, setting: str, record: StepReport) -> dict:
     }
 
 
-def add_ratios(rows: list[dict], base: dict | None = None) -> list[dict]:
+def add_ratios(rows: list[BenchRow], base: BenchRow | None = None) -> list[BenchRow]:
     """Each figure divided by the same figure of ``base`` (default: the first row, which should be
     the model without checkpointing); None where either is absent."""
     base = rows[0] if base is None else base
@@ -149,7 +189,7 @@ def _dry_run_gflop(
 
 def run_bench(
     profile: Profile | str | None = None, device: torch.device | str | None = None
-) -> list[dict]:
+) -> list[BenchRow]:
     """One row per model and checkpoint setting, measured now at the profile's sizes, each with
     its step's GFLOP from a dry run at the same shape (``step_gflop``, ratio ``flops_ratio``)."""
     profile = profile if isinstance(profile, Profile) else get_profile(profile)
@@ -157,7 +197,7 @@ def run_bench(
     repeats = 1 if profile.name == "ci" else 3  # ci: keep the whole run near a minute
     batch = profile.sweep_batch_size
     torch.manual_seed(0)
-    rows = []
+    rows: list[BenchRow] = []
 
     article = vgg16_classifier(DOGCAT_CLASSES, layout="article")
     inputs, targets = _inputs(batch, profile.image_size, DOGCAT_CLASSES)
@@ -194,7 +234,7 @@ def run_bench(
 class DryRunBench:
     """The dry-run table and what is printed around it."""
 
-    rows: list[dict]
+    rows: list[BenchRow]
     vgg16_step_seconds: float  # wall time of one dry-run step, article VGG16, 224 px, batch 64
     floor: str  # limits.PeakFloor.describe() for the flat VGG16, and the planner's distance to it
     neta_max_batch: dict[str, int]  # "none" / NETA_CHECKPOINTED -> largest batch under the card
@@ -202,7 +242,7 @@ class DryRunBench:
     cpu_seconds: float  # its CPU time: the cost without other work on a shared machine
 
 
-def vgg16_dry_run_rows() -> tuple[list[dict], float, str]:
+def vgg16_dry_run_rows() -> tuple[list[BenchRow], float, str]:
     """The first article's step at its size: rows, one step's wall time, the floor's description.
 
     Article layout at 0 and 2 segments; flat layout at ``FLAT_SEGMENTS``, the best of every
@@ -278,7 +318,7 @@ def _neta_report(use_checkpoint: bool, batch: int) -> StepReport:
     return dry_run_step(model, shape, optimizer_factory=adam_optimizer)
 
 
-def neta_dry_run_rows() -> tuple[list[dict], dict[str, int]]:
+def neta_dry_run_rows() -> tuple[list[BenchRow], dict[str, int]]:
     """The second article's NetA at 224 px with Adam: rows and the largest batch per setting.
 
     Batches 23 and 31 plain and with the five checkpointed segments (ratios at the same batch),
@@ -286,7 +326,7 @@ def neta_dry_run_rows() -> tuple[list[dict], dict[str, int]]:
     (no plain step at that batch to compare with: ratios n/a).
     """
     settings = {"none": False, NETA_CHECKPOINTED: True}
-    rows = []
+    rows: list[BenchRow] = []
     for batch in NETA_ARTICLE_BATCHES:
         group = [_row("NetA", name, _neta_report(on, batch)) for name, on in settings.items()]
         rows += add_ratios(group)
@@ -309,7 +349,7 @@ def deep_chain_name(pairs: int) -> str:
     return f"deep chain ({2 * pairs + 1} modules)"
 
 
-def deep_chain_dry_run_rows(pairs: int = DEEP_CHAIN_PAIRS) -> list[dict]:
+def deep_chain_dry_run_rows(pairs: int = DEEP_CHAIN_PAIRS) -> list[BenchRow]:
     """Where one level is not enough: ``pairs`` x (Linear(256, 256), Tanh) and a head at batch
     ``DEEP_CHAIN_BATCH``, without checkpointing, the one-level plan of least peak, and the
     nested plan of least activation memory within one extra forward pass of recompute."""
@@ -324,8 +364,8 @@ def deep_chain_dry_run_rows(pairs: int = DEEP_CHAIN_PAIRS) -> list[dict]:
     }
     rows = [_row(name, "none", dry_run_step(chain, shape))]
     for key, label in labels.items():
-        runs = max(comparison["plans"][key].runs)
-        rows.append(_row(name, f"{label} (runs {runs}x)", comparison["reports"][key]))
+        runs = max(comparison.plans[key].runs)
+        rows.append(_row(name, f"{label} (runs {runs}x)", comparison.reports[key]))
     return add_ratios(rows)
 
 
@@ -512,7 +552,7 @@ def bench_main(
 
 
 def _print_timed(
-    title: str, make_rows: Callable[[], list[dict]], columns: Columns, note: str
+    title: str, make_rows: Callable[[], Sequence[Mapping[str, object]]], columns: Columns, note: str
 ) -> None:
     """A titled table with its note and the seconds it took to measure."""
     started = time.perf_counter()
@@ -525,7 +565,7 @@ def _print_timed(
     print(f"{note} Measured in {time.perf_counter() - started:.0f} s.")
 
 
-def planner_bench_rows(profile: Profile | str | None = None) -> list[dict]:
+def planner_bench_rows(profile: Profile | str | None = None) -> list[StrategyRow]:
     """Bench rows for flat VGG16 at the profile's size: none, the best uniform splits, sqrt(n),
     the planner at its least peak and at two budgets, measured in one run.
 

@@ -150,6 +150,14 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
+def deep_tanh_chain(pairs: int, width: int = 256, classes: int = 10) -> nn.Sequential:
+    """``pairs`` x (Linear, Tanh) and a Linear head: a deep chain of equal layers."""
+    layers: list[nn.Module] = []
+    for _ in range(pairs):
+        layers += [nn.Linear(width, width), nn.Tanh()]
+    return nn.Sequential(*layers, nn.Linear(width, classes))
+
+
 def neta_as_sequential(net: NetA) -> nn.Sequential:
     """NetA's layers, conv/BN/ReLU each a top-level module, so the planner can cut anywhere.
 

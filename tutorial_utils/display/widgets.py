@@ -86,7 +86,7 @@ def budget_slider(
     )
 
 
-def figure_output(figure: Figure, dpi: int = 90) -> dict:
+def figure_output(figure: Figure, dpi: int = 90) -> dict[str, Any]:
     """A figure as a notebook display_data output (PNG); the figure is closed afterwards."""
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
@@ -101,7 +101,7 @@ def figure_output(figure: Figure, dpi: int = 90) -> dict:
     }
 
 
-def text_output(text: str, name: str = "stdout") -> dict:
+def text_output(text: str, name: str = "stdout") -> dict[str, Any]:
     """Text as a notebook stream output (monospaced, so tables stay aligned)."""
     return {
         "output_type": "stream",
@@ -110,7 +110,7 @@ def text_output(text: str, name: str = "stdout") -> dict:
     }
 
 
-def result_outputs(result: Any) -> tuple[dict, ...]:
+def result_outputs(result: Any) -> tuple[dict[str, Any], ...]:
     """Notebook outputs for what a compute function returns: a Figure, a str, or a tuple of them."""
     items = result if isinstance(result, tuple | list) else (result,)
     outputs = []

@@ -1,5 +1,9 @@
 """Notebook 04's sizes, models, figures and budget slider: strategies on a Pareto plot, a plan on
-its layers, the roofline against the clock, BatchNorm under each strategy, one-level against nested plans.
+its layers, the roofline against the clock, one-level against nested plans as a table.
+
+The experiments the bench runs too live below the lessons: BatchNorm under each strategy in
+``measurement.batchnorm``, the deep chain in ``articles.models``, one level against nested in
+``planning.nested``.
 
 Figures follow ``plotting``'s conventions (returned detached, titled with profile and device).
 The budget explorer re-plans on every slider change (planning a profiled model takes well under
@@ -8,36 +12,28 @@ a second) and writes its figure and text straight into an Output widget.
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
-import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from tutorial_utils.articles.models import vgg16_classifier
 from tutorial_utils.articles.profiles import Profile
-from tutorial_utils.checkpointing.batchnorm import largest_difference, running_stats
-from tutorial_utils.checkpointing.strategy import NO_CHECKPOINTING, Strategy, scheduled
 from tutorial_utils.display.labels import annotate_points
 from tutorial_utils.display.plotting import figure_subtitle
 from tutorial_utils.display.tables import columns_table
 from tutorial_utils.display.widgets import budget_slider, result_outputs
-from tutorial_utils.measurement.dry_run import dry_run_step
+from tutorial_utils.measurement.timing import Timing
 from tutorial_utils.planning.limits import PeakFloor
-from tutorial_utils.planning.nested import (
-    NestedPlan,
-    nested_from_profile,
-    one_level_schedule,
-    simulate,
-)
+from tutorial_utils.planning.nested import NestedComparison, NestedPlan, nested_from_profile
 from tutorial_utils.planning.planner import Plan, evaluate_plan, plan_from_profile
 from tutorial_utils.planning.profile import ModelProfile
+from tutorial_utils.planning.strategies import StrategyRow
 from tutorial_utils.units import MiB
 
 KIND_STYLES = {
@@ -57,9 +53,6 @@ RUNS_LABELS = {
     2: "checkpointed: recomputed once in backward",
     3: "nested: recomputed two or more times",
 }
-
-
-ROUNDING = 1e-5  # running statistics closer than this to the plain step's differ by rounding only
 
 
 @dataclass(frozen=True)
@@ -100,14 +93,6 @@ def conv_vgg16(num_classes: int = 2) -> nn.Sequential:
     )
 
 
-def deep_tanh_chain(pairs: int, width: int = 256, classes: int = 10) -> nn.Sequential:
-    """``pairs`` x (Linear, Tanh) and a Linear head: a deep chain of equal layers."""
-    layers: list[nn.Module] = []
-    for _ in range(pairs):
-        layers += [nn.Linear(width, width), nn.Tanh()]
-    return nn.Sequential(*layers, nn.Linear(width, classes))
-
-
 def recompute_accounting(plan: Plan, plain_gflop: float, planned_gflop: float) -> str:
     """The planner's recompute count beside the extra FLOPs the dry-run step really did."""
     return (
@@ -116,75 +101,27 @@ def recompute_accounting(plan: Plan, plain_gflop: float, planned_gflop: float) -
     )
 
 
-def batchnorm_updates(
-    model: nn.Sequential,
-    inputs: torch.Tensor,
-    targets: torch.Tensor,
-    strategies: dict[str, Strategy],
-) -> str:
-    """For each strategy, one training step on a copy: how many BatchNorm layers counted more
-    than one update, and how far running statistics are from the plain step's (identical, or the
-    largest difference: a second update moves them by the momentum, a decomposed compiled
-    BatchNorm only by rounding, whose digits vary with the machine's kernels)."""
-
-    def step(strategy: Strategy):
-        probe = copy.deepcopy(model).train()
-        with strategy.applied(probe):
-            output = probe(inputs)
-        F.cross_entropy(output, targets).backward()
-        return running_stats(probe)
-
-    plain = step(NO_CHECKPOINTING)
-    width = max(len(name) for name in strategies)
-    lines = [f"{'strategy':<{width}}  {'BatchNorms updated twice':>24}  statistics against plain"]
-    for name, strategy in strategies.items():
-        stats = step(strategy)
-        doubled = sum(int(layer["num_batches_tracked"]) > 1 for layer in stats.values())
-        gap = largest_difference(stats, plain)
-        verdict = (
-            "identical"
-            if gap == 0
-            else f"rounding only (under {ROUNDING:.0e})"
-            if gap < ROUNDING
-            else f"differ by up to {gap:.1e}"
-        )
-        lines.append(f"{name:<{width}}  {doubled:>20} of {len(stats)}  {verdict}")
-    return "\n".join(lines)
-
-
-def one_level_against_nested(model: nn.Sequential, input_shape: tuple[int, ...], profile) -> dict:
-    """The one-level least-peak plan and the nested plan of least activation memory within one
-    extra forward pass of recompute over it, both measured by dry run."""
-    one_level = plan_from_profile(profile)
-    forward = sum(layer.forward_flops for layer in profile.layers)
-    ceiling, _ = simulate(profile, one_level_schedule(one_level.boundaries))
-    nested = nested_from_profile(
-        profile, max_recompute=one_level.recompute_flops + forward, max_bytes=ceiling
-    )
-    reports = {name: dry_run_step(model, input_shape, scheduled(plan))
-               for name, plan in (("one level", one_level), ("nested", nested))}  # fmt: skip
-    return {"forward_flops": forward, "plans": {"one level": one_level, "nested": nested},
-            "reports": reports}  # fmt: skip
-
-
-def nested_table(result: dict) -> str:
+def nested_table(result: NestedComparison) -> str:
     """Activation memory and recompute of the two plans, as a dry run measured them."""
-    base = result["reports"]["one level"].activation_peak_bytes
+    base = result.reports["one level"].activation_peak_bytes
     lines = [
         f"{'plan':<10}  {'activation peak MiB':>19}  {'vs one level':>12}  "
         f"{'recompute (forward passes)':>26}  most runs of a module"
     ]
-    for name, plan in result["plans"].items():
-        peak = result["reports"][name].activation_peak_bytes
+    for name, plan in result.plans.items():
+        peak = result.reports[name].activation_peak_bytes
         runs = max(plan.runs)
         lines.append(
             f"{name:<10}  {peak / MiB:>19,.1f}  {peak / base:>12.2f}  "
-            f"{plan.recompute_flops / result['forward_flops']:>26.2f}  {runs}"
+            f"{plan.recompute_flops / result.forward_flops:>26.2f}  {runs}"
         )
     return "\n".join(lines)
 
 
-def pareto_front(rows: Sequence[dict], x: str, y: str) -> list[dict]:
+Row = TypeVar("Row", bound=Mapping[str, Any])
+
+
+def pareto_front(rows: Sequence[Row], x: str, y: str) -> list[Row]:
     """The rows no other row beats on both ``x`` and ``y`` (lower is better), by ``x``."""
     front, best_y = [], float("inf")
     for row in sorted(rows, key=lambda r: (r[x], r[y])):
@@ -195,10 +132,10 @@ def pareto_front(rows: Sequence[dict], x: str, y: str) -> list[dict]:
 
 
 def plot_pareto(
-    rows: Sequence[dict],
+    rows: Sequence[StrategyRow],
     title: str,
     *,
-    y: str = "added_mib",
+    y: Literal["added_mib", "tracked_peak_mib"] = "added_mib",
     subtitle: str | None = None,
     floor_mib: float | None = None,
 ) -> Figure:
@@ -211,7 +148,7 @@ def plot_pareto(
     (``limits.peak_floor``), in the units of ``y``.
     """
     dry = all(row["step_seconds"] is None for row in rows)
-    x = "flops_ratio" if dry else "step_seconds"
+    x: Literal["flops_ratio", "step_seconds"] = "flops_ratio" if dry else "step_seconds"
     fig, ax = plt.subplots(figsize=(9.5, 4.8))
     plt.close(fig)
     for kind, (color, marker) in KIND_STYLES.items():
@@ -244,7 +181,10 @@ def plot_pareto(
         if row["family"] not in ("uniform", "planned") or row["checkpointing"].endswith(
             "least peak"
         ):
-            labels.setdefault((row[x], row[y]), []).append(row["checkpointing"])
+            point = row[x]
+            if point is None:
+                raise ValueError(f"{row['checkpointing']!r} has no {x}: plot the rows of one run")
+            labels.setdefault((point, row[y]), []).append(row["checkpointing"])
     ax.set_xlabel(
         "predicted step time / no checkpointing (FLOPs, dry run)"
         if dry
@@ -359,7 +299,7 @@ DRY_RUN_TIME_COLUMNS = (
 )
 
 
-def strategy_table(rows: Sequence[dict]) -> str:
+def strategy_table(rows: Sequence[StrategyRow]) -> str:
     """``measure_strategies`` rows as an aligned text table, headed by how they were obtained;
     measured seconds for real steps, FLOPs for dry runs; n/a where there is no prediction."""
     dry = all(row["step_seconds"] is None for row in rows)
@@ -368,7 +308,7 @@ def strategy_table(rows: Sequence[dict]) -> str:
     return f"{rows[0]['source']}\n{table}" if rows and rows[0].get("source") else table
 
 
-def key_rows(rows: Sequence[dict]) -> list[dict]:
+def key_rows(rows: Sequence[StrategyRow]) -> list[StrategyRow]:
     """The rows the text discusses: none, the best uniform split measured, sqrt(n), the plans,
     selective checkpointing and compile budgets (the full table is ``strategy_table(rows)``)."""
     uniform = [row for row in rows if row["family"] == "uniform"]
@@ -382,7 +322,7 @@ def key_rows(rows: Sequence[dict]) -> list[dict]:
     ]
 
 
-def above_none(rows: Sequence[dict]) -> str:
+def above_none(rows: Sequence[StrategyRow]) -> str:
     """The strategies whose tracked peak is above no checkpointing's, each with its FLOP ratio:
     the points of a Pareto plot that the text must explain."""
     none = next(row for row in rows if row["family"] == "none")
@@ -395,10 +335,10 @@ def above_none(rows: Sequence[dict]) -> str:
     return f"above none's {none['tracked_peak_mib']:,.1f} MiB: {listed}"
 
 
-def floor_table(rows: Sequence[dict], floor: PeakFloor) -> str:
+def floor_table(rows: Sequence[StrategyRow], floor: PeakFloor) -> str:
     """None, the best uniform split, the planner, and the least peak of each other family
     (nested, selective, compile budget) against the floor."""
-    chosen = {"none": rows[0]}
+    chosen: dict[str, StrategyRow] = {"none": rows[0]}
     uniform = [row for row in rows if row["family"] in ("uniform", "sqrt(n)")]
     if uniform:
         best = min(uniform, key=lambda row: row["tracked_peak_mib"])
@@ -426,17 +366,19 @@ def floor_table(rows: Sequence[dict], floor: PeakFloor) -> str:
 
 
 def prediction_errors(
-    measured: Sequence[dict], dry: Sequence[dict], roofline: dict[str, float]
+    measured: Sequence[StrategyRow], dry: Sequence[StrategyRow], roofline: dict[str, float]
 ) -> str:
     """Median measured time ratios to "none" beside the FLOP and roofline predictions, with each
     prediction's error; rows within noise are marked, and their errors mean little."""
-    reference = measured[0]["step_timing"]
+    reference = _timing(measured[0])
     width = max(len(row["checkpointing"]) for row in measured)
     lines = [f"{'strategy':<{width}}  {'measured':>8}  {'FLOPs':>13}  {'roofline':>13}  noise"]
     for real, counted in zip(measured[1:], dry[1:], strict=True):
-        timing, name = real["step_timing"], real["checkpointing"]
+        timing, name = _timing(real), real["checkpointing"]
         ratio = timing.median / reference.median
-        flops, roof = counted["flops_ratio"], roofline[name]
+        flops, roof = counted.get("flops_ratio"), roofline[name]
+        if flops is None:
+            raise ValueError(f"{name!r} has no FLOP ratio: pass the rows of a dry run as dry")
         noise = (
             "1 run"
             if timing.repeats == 1
@@ -447,3 +389,10 @@ def prediction_errors(
             f"x{roof:.2f} {ratio / roof - 1:>+5.0%}  {noise}"
         )
     return "\n".join(lines)
+
+
+def _timing(row: StrategyRow) -> Timing:
+    timing = row["step_timing"]
+    if timing is None:
+        raise ValueError(f"{row['checkpointing']!r} was not timed: pass the rows of real steps")
+    return timing

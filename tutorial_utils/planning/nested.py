@@ -46,7 +46,10 @@ import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
 from tutorial_utils.checkpointing.batchnorm import run_keeping_batchnorm
-from tutorial_utils.planning.planner import recompute_label
+from tutorial_utils.checkpointing.strategy import scheduled
+from tutorial_utils.measurement.dry_run import dry_run_step
+from tutorial_utils.measurement.step import StepReport
+from tutorial_utils.planning.planner import Plan, plan_from_profile, recompute_label
 from tutorial_utils.planning.profile import ModelProfile
 from tutorial_utils.units import MiB
 
@@ -429,3 +432,30 @@ def nested_from_profile(
             raise ValueError("no nested schedule meets that recompute limit: raise it")
     assert slots is not None, "a finite cost has a least slot count"
     return nested_plan(profile, program.schedule(slots))
+
+
+@dataclass(frozen=True)
+class NestedComparison:
+    """A one-level plan and a nested plan of the same model, each measured by a dry run."""
+
+    forward_flops: int  # one forward pass of the whole model: the unit of recompute
+    plans: dict[str, Plan | NestedPlan]  # "one level", "nested"
+    reports: dict[str, StepReport]  # the same keys: each plan's dry-run step
+
+
+def one_level_against_nested(
+    model: nn.Sequential, input_shape: tuple[int, ...], profile: ModelProfile
+) -> NestedComparison:
+    """The one-level least-peak plan and the nested plan of least activation memory within one
+    extra forward pass of recompute over it, both measured by dry run."""
+    one_level = plan_from_profile(profile)
+    forward = sum(layer.forward_flops for layer in profile.layers)
+    ceiling, _ = simulate(profile, one_level_schedule(one_level.boundaries))
+    nested = nested_from_profile(
+        profile, max_recompute=one_level.recompute_flops + forward, max_bytes=ceiling
+    )
+    plans: dict[str, Plan | NestedPlan] = {"one level": one_level, "nested": nested}
+    reports = {
+        name: dry_run_step(model, input_shape, scheduled(plan)) for name, plan in plans.items()
+    }
+    return NestedComparison(forward, plans, reports)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn as nn
@@ -116,15 +116,10 @@ def profile_sequential(
     with torch.no_grad():
         for buffer, saved in snapshot:
             buffer.copy_(saved)
-    layers = tuple(
-        LayerCost(
-            **{
-                **a,
-                "forward_seconds": a["forward_seconds"]
-                if dry_run
-                else min(a["forward_seconds"], b["forward_seconds"]),
-            }
-        )
+    layers = tuple(  # each module's faster time of the two passes (one pass in a dry run)
+        a
+        if a.forward_seconds is None or b.forward_seconds is None
+        else replace(a, forward_seconds=min(a.forward_seconds, b.forward_seconds))
         for a, b in zip(first, second, strict=True)
     )
     constant = sum(t.untyped_storage().nbytes() for t in [*model.parameters(), *model.buffers()])
@@ -136,7 +131,9 @@ def _cuda_devices(tensor: torch.Tensor) -> list[int]:
     return [tensor.device.index or 0] if tensor.device.type == "cuda" else []
 
 
-def _profile_pass(model: nn.Sequential, x: torch.Tensor, machine: Machine | None) -> list[dict]:
+def _profile_pass(
+    model: nn.Sequential, x: torch.Tensor, machine: Machine | None
+) -> list[LayerCost]:
     """One forward, module by module: what each saves, its FLOPs, and its time (measured; on
     meta, the roofline's prediction with a ``machine``, else None)."""
     dry_run = x.device.type == "meta"
@@ -157,21 +154,21 @@ def _profile_pass(model: nn.Sequential, x: torch.Tensor, machine: Machine | None
         x_storage, y_storage = x.untyped_storage(), y.untyped_storage()
         view = y_storage is x_storage
         records.append(
-            {
-                "name": f"{index}: {type(module).__name__}",
-                "input_bytes": x_storage.nbytes(),
-                "output_bytes": 0 if view else y_storage.nbytes(),
-                "saves_input": saved.storages.get(x_storage, 0) > 0,
-                "saves_output": not view and saved.storages.get(y_storage, 0) > 0,
-                "internal_bytes": sum(
+            LayerCost(
+                name=f"{index}: {type(module).__name__}",
+                input_bytes=x_storage.nbytes(),
+                output_bytes=0 if view else y_storage.nbytes(),
+                saves_input=saved.storages.get(x_storage, 0) > 0,
+                saves_output=not view and saved.storages.get(y_storage, 0) > 0,
+                internal_bytes=sum(
                     nbytes
                     for storage, nbytes in saved.storages.items()
                     if storage not in (x_storage, y_storage)
                 ),
-                "parameter_bytes": sum(p.untyped_storage().nbytes() for p in module.parameters()),
-                "forward_seconds": seconds,
-                "forward_flops": flops.result().total,
-            }
+                parameter_bytes=sum(p.untyped_storage().nbytes() for p in module.parameters()),
+                forward_seconds=seconds,
+                forward_flops=flops.result().total,
+            )
         )
         x = y
     return records

@@ -10,19 +10,21 @@ meta inputs, one row each with its ``kind`` and its menu ``family``.
 from __future__ import annotations
 
 import math
-from typing import Literal, cast
+from typing import Literal, NotRequired, TypedDict, cast
 
 import torch
 import torch.nn as nn
 
 from tutorial_utils.checkpointing.strategy import (
     Strategy,
+    StrategyKind,
     equal_segments,
     offloaded,
     scheduled,
     selective,
 )
-from tutorial_utils.measurement.step import sweep_strategies
+from tutorial_utils.measurement.step import StepReport, sweep_strategies
+from tutorial_utils.measurement.timing import Timing
 from tutorial_utils.planning.budget import plan_within
 from tutorial_utils.planning.compile_budget import compile_budget_strategy
 from tutorial_utils.planning.nested import NestedPlan, nested_from_profile
@@ -40,6 +42,35 @@ from tutorial_utils.units import MiB, ratio
 Family = Literal[
     "none", "uniform", "sqrt(n)", "planned", "nested", "selective", "compile budget", "offload"
 ]
+
+
+class StrategyRow(TypedDict):
+    """One strategy's step as ``measure_strategies`` measures it: a row of a table or a plot."""
+
+    model: str
+    checkpointing: str  # the strategy's name
+    kind: StrategyKind
+    family: Family
+    plan: str  # the planner's boundaries, or the segment count
+    batch: int
+    tracked_peak_mib: float
+    added_mib: float  # gradients + activations at the tracked peak: what a plan changes
+    predicted_added_mib: float | None  # the cost model's forecast of it, where there is one
+    activation_peak_mib: float
+    cuda_peak_allocated_mib: float | None
+    nvml_used_mib: float | None
+    step_seconds: float | None  # None in a dry run
+    step_timing: Timing | None
+    step_gflop: float | None
+    source: str
+    # ratios to the first row ("none") and to the best uniform split: set once all are measured
+    tracked_peak_ratio: NotRequired[float]
+    added_ratio: NotRequired[float]
+    step_ratio: NotRequired[float | None]
+    flops_ratio: NotRequired[float | None]
+    tracked_peak_vs_best_uniform: NotRequired[float | None]
+    added_vs_best_uniform: NotRequired[float | None]
+    step_vs_best_uniform: NotRequired[float | None]
 
 
 def sqrt_n_count(n_modules: int) -> int:
@@ -147,7 +178,7 @@ def measure_strategies(
     *,
     model_name: str = "",
     repeats: int = 1,
-) -> list[dict]:
+) -> list[StrategyRow]:
     """One ``measure_step`` per strategy (same weights, same batch, a fresh SGD each), as rows.
 
     Columns follow ``python -m tutorial_utils bench`` (ratios to the first strategy, which should
@@ -180,7 +211,9 @@ def measure_strategies(
     return rows
 
 
-def _strategy_row(model_name: str, strategy: Strategy, record, menu_family: Family) -> dict:
+def _strategy_row(
+    model_name: str, strategy: Strategy, record: StepReport, menu_family: Family
+) -> StrategyRow:
     added = record.breakdown["gradients"] + record.breakdown["activations"]
     predicted = cast("Plan | NestedPlan | None", strategy.predicted)
     return {

@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TypedDict, cast
 
 import torch
 import torch.nn as nn
@@ -66,6 +67,21 @@ class EpochRecord:
         return line + " | " + ", ".join(extras)
 
 
+class EpochRow(TypedDict):
+    """An ``EpochRecord`` as a plain dict, for tables and JSON (the same fields)."""
+
+    epoch: int
+    train_accuracy: float | None
+    train_loss: float | None
+    val_accuracy: float
+    val_loss: float
+    seconds: float
+    samples_per_second: float
+    cuda_peak_allocated_mib: float | None
+    nvml_used_mib: float | None
+    tracked_peak_mib: float | None
+
+
 @dataclass
 class History:
     """All epochs of one run, in order."""
@@ -73,9 +89,9 @@ class History:
     label: str
     records: list[EpochRecord] = field(default_factory=list)
 
-    def as_rows(self) -> list[dict]:
+    def as_rows(self) -> list[EpochRow]:
         """Plain dicts, for tables and JSON."""
-        return [asdict(record) for record in self.records]
+        return [cast(EpochRow, asdict(record)) for record in self.records]
 
 
 def model_forward(model: nn.Module, x: torch.Tensor, strategy: Strategy | None) -> torch.Tensor:

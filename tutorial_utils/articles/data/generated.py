@@ -215,7 +215,9 @@ def _synthetic_cifar_images(labels: np.ndarray, rng: np.random.Generator) -> np.
     return np.clip(pixels, 0, 255).astype(np.uint8)
 
 
-def _cifar_batch(labels: np.ndarray, rng: np.random.Generator, batch_label: str) -> dict:
+def _cifar_batch(
+    labels: np.ndarray, rng: np.random.Generator, batch_label: str
+) -> dict[bytes, Any]:
     images = _synthetic_cifar_images(labels, rng)
     return {
         b"batch_label": batch_label.encode(),

@@ -16,13 +16,14 @@ from tutorial_utils.display.widgets import RunPanel, int_slider, wide_layout
 from tutorial_utils.estimate.models import decoder_blocks
 from tutorial_utils.lessons.checkpointing_a_transformer.models import CausalLM
 from tutorial_utils.lessons.checkpointing_a_transformer.strategies import (
+    LMStrategyRow,
     rows_table,
     strategy_menu,
     strategy_rows,
 )
 
 
-def plot_strategies(rows: Sequence[dict], title: str) -> Figure:
+def plot_strategies(rows: Sequence[LMStrategyRow], title: str) -> Figure:
     """Two bars per strategy: its predicted peak and the FLOPs it recomputes (dry runs)."""
     if any(row["recompute_gflop"] is None for row in rows):
         raise ValueError("rows without FLOPs: plot the rows of a dry run (a model on meta)")
@@ -55,7 +56,7 @@ class StrategyExplorer:
         max_sequence: int = 16384,
     ):
         self.models = dict(models)
-        self.computed: dict[tuple[str, int, int], list[dict]] = {}
+        self.computed: dict[tuple[str, int, int], list[LMStrategyRow]] = {}
         names = list(self.models)
         controls = {
             "batch": int_slider("batch", batch, 1, max_batch),
@@ -67,7 +68,7 @@ class StrategyExplorer:
         self.panel = RunPanel(controls, self.compute, title="Every strategy, dry-run (predicted)")
         self.widget = self.panel.widget
 
-    def rows(self, model: str, batch: int, sequence: int) -> list[dict]:
+    def rows(self, model: str, batch: int, sequence: int) -> list[LMStrategyRow]:
         """Every strategy's row at this size (dry runs, computed once per choice)."""
         lm = self.models[model]
         context = getattr(lm.config, "max_position_embeddings", None)

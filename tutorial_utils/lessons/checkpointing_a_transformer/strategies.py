@@ -5,7 +5,7 @@ a real step to check it against), and their tables."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import torch
 
@@ -13,6 +13,7 @@ from tutorial_utils.checkpointing.selective import ATTENTION_OPS, MATRIX_PRODUCT
 from tutorial_utils.checkpointing.strategy import (
     NO_CHECKPOINTING,
     Strategy,
+    StrategyKind,
     every_nth_block,
     offloaded,
     selective,
@@ -93,11 +94,27 @@ def lm_step(
     )
 
 
+class LMStrategyRow(TypedDict):
+    """One strategy's ``lm_step`` as a table row: MiB and GFLOP (None where not counted)."""
+
+    checkpointing: str  # the strategy's name
+    kind: StrategyKind
+    tracked_peak_mib: float
+    activations_mib: float  # activations at the tracked peak
+    activation_peak_mib: float
+    recompute_gflop: float | None
+    step_gflop: float | None
+    source: str
+    # ratios to the first row ("none"), set once every strategy has run
+    peak_ratio: NotRequired[float]
+    flops_ratio: NotRequired[float | None]
+
+
 def strategy_rows(
     model: CausalLM, menu: Sequence[Strategy], batch: int, sequence: int
-) -> list[dict]:
+) -> list[LMStrategyRow]:
     """One ``lm_step`` per strategy, as rows; ratios to the first (which should be "none")."""
-    rows: list[dict[str, Any]] = []
+    rows: list[LMStrategyRow] = []
     for strategy in menu:
         report = lm_step(model, strategy, batch, sequence)
         rows.append(
@@ -144,6 +161,6 @@ def breakdown_table(reports: dict[str, StepReport]) -> str:
     return next(iter(reports.values())).source + "\n" + text_table(header, rows)
 
 
-def rows_table(rows: Sequence[dict]) -> str:
+def rows_table(rows: Sequence[LMStrategyRow]) -> str:
     """Rows as an aligned table headed by how they were obtained."""
     return rows[0]["source"] + "\n" + columns_table(rows, DRY_COLUMNS)
