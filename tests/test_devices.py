@@ -5,6 +5,8 @@ The MPS paths run here with torch.backends.mps and torch.mps faked: never run on
 
 from __future__ import annotations
 
+import logging
+
 import torch
 import torch.nn as nn
 
@@ -33,6 +35,19 @@ def test_without_mps_the_setup_cell_says_nothing_of_it(monkeypatch, capsys) -> N
     assert mps_status() is None
     report_environment("ci")
     assert "mps" not in capsys.readouterr().out
+
+
+def test_the_setup_cell_quiets_bitsandbytes_warnings_and_keeps_its_errors(caplog) -> None:
+    logger = logging.getLogger("bitsandbytes.backends.cpu.ops")
+    level = logger.level
+    try:
+        report_environment("ci")
+        with caplog.at_level(logging.NOTSET):
+            logger.warning("Failed to load CPU gemm_4bit_forward from kernels-community")
+            logger.error("a real error")
+        assert [r.getMessage() for r in caplog.records] == ["a real error"]
+    finally:
+        logger.setLevel(level)
 
 
 def test_a_mac_with_mps_is_told_so_and_keeps_the_cpu_default(monkeypatch, capsys) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
 
@@ -11,6 +12,11 @@ import torchvision
 from tutorial_utils.articles.profiles import Profile, get_profile
 from tutorial_utils.display.figure_check import CHECK_FIGURES_ENV, check_figures_when_shown
 from tutorial_utils.measurement.devices import default_device, describe_device, mps_status
+
+# Loggers whose warnings say nothing about a notebook here: bitsandbytes (imported by peft when it
+# is installed) warns on CPUs with AVX512-BF16 that an optional kernel package is missing, and no
+# notebook runs its CPU 4-bit kernels (07's nf4 estimate emulates them on meta).
+QUIETED_LOGGERS = ("bitsandbytes.backends.cpu.ops",)
 
 
 def ipywidgets_version() -> str:
@@ -24,12 +30,14 @@ def ipywidgets_version() -> str:
 
 def report_environment(profile_name: str | None = None) -> Profile:
     """Print profile, device (and, on a Mac, whether Apple's GPU is usable) and versions; return
-    the active profile.
+    the active profile. Warnings of ``QUIETED_LOGGERS`` are silenced, their errors kept.
 
     With ``TUTORIAL_CHECK_FIGURES=1`` (set by the test command) every figure the notebook shows
     afterwards is checked for overlapping labels and clipped data, and an unreadable one fails.
     """
     profile = get_profile(profile_name)
+    for name in QUIETED_LOGGERS:  # errors still show
+        logging.getLogger(name).setLevel(logging.ERROR)
     if os.environ.get(CHECK_FIGURES_ENV) == "1":
         check_figures_when_shown()
     print(f"profile: {profile.name} ({profile.description})")
