@@ -52,7 +52,7 @@ from tutorial_utils.lessons.checkpointing_a_transformer.reach import (
 )
 from tutorial_utils.lessons.checkpointing_a_transformer.strategies import (
     DRY_COLUMNS,
-    OFFLOAD_NOTE,
+    OFFLOAD_NOT_RUN,
     breakdown_table,
     lm_step,
     rows_table,
@@ -65,7 +65,7 @@ __all__ = [
     "ATTENTION",
     "DRY_COLUMNS",
     "Fit",
-    "OFFLOAD_NOTE",
+    "OFFLOAD_NOT_RUN",
     "SIZES",
     "Sizes",
     "StrategyExplorer",

@@ -49,7 +49,7 @@ def strategy_menu(layers: int, *, on_cuda: bool = False) -> list[Strategy]:
     return menu
 
 
-OFFLOAD_NOTE = (
+OFFLOAD_NOT_RUN = (
     "offloading (activation_checkpointing_enable(offload=True)) keeps the checkpoints in pinned "
     "host memory instead of GPU memory; on a CPU they are in host memory already, so there is "
     "nothing to measure here: not run"
