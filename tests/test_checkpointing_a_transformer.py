@@ -27,10 +27,10 @@ from tutorial_utils.lessons.checkpointing_a_transformer import (
     sizes_for,
     small_gpt2_config,
     small_llama_config,
-    strategy_menu,
     strategy_rows,
     token_batch,
     trainable_parameters,
+    transformer_menu,
 )
 from tutorial_utils.measurement.batch_search import largest_fitting
 from tutorial_utils.measurement.dry_run import dry_run_step
@@ -53,7 +53,7 @@ ADAM_STEP_BYTES = 4  # AdamW's float32 step counter per parameter, kept on the C
 
 
 def menu_for(model):
-    return strategy_menu(len(decoder_blocks(model)))
+    return transformer_menu(len(decoder_blocks(model)))
 
 
 @pytest.mark.parametrize("kind", CONFIGS)
@@ -235,7 +235,7 @@ def test_bad_input_gets_a_one_line_error():
 
 
 def test_every_profile_has_sizes_and_an_unknown_one_says_what_to_do():
-    menu = {s.name for s in strategy_menu(16)}
+    menu = {s.name for s in transformer_menu(16)}
     assert all(set(sizes_for(profile).fit_strategies) <= menu for profile in PROFILES.values())
     with pytest.raises(ValueError, match="add it to SIZES"):
         sizes_for(dataclasses.replace(PROFILES["ci"], name="laptop"))
@@ -250,7 +250,7 @@ def test_explorer_dry_runs_every_strategy_and_follows_its_sliders():
     figure, table = explorer.panel.run()
     assert not figure_problems(figure)
     assert "dry run (meta device)" in table
-    for strategy in strategy_menu(4):
+    for strategy in transformer_menu(4):
         assert strategy.name in table
     explorer.panel.controls["sequence"].value = 128
     _, longer = explorer.panel.run()

@@ -23,6 +23,7 @@ import torch.nn as nn
 
 from tutorial_utils.articles.experiments import adam_optimizer
 from tutorial_utils.articles.profiles import PROFILE_ENV
+from tutorial_utils.checkpointing.strategy import equal_segments
 from tutorial_utils.display.figure_check import CHECK_FIGURES_ENV
 from tutorial_utils.gpu_check import allocator, nccl, runner
 from tutorial_utils.gpu_check.batch_search import (
@@ -526,13 +527,13 @@ def test_crosscheck_dry_run_rows_are_in_cuda_blocks_and_ordered():
 def test_crosscheck_claims_no_error_without_a_gpu():
     step = CrossCheckStep(
         "chain", lambda: nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 3)),
-        (5, 8), 3, 2, "SGD momentum", default_optimizer,
+        (5, 8), 3, equal_segments(2), "SGD momentum", default_optimizer,
     )  # fmt: skip
     (row,) = crosscheck(torch.device("cpu"), (step,))
     assert row["dry_run_peak_mib"] >= row["tracked_peak_mib"]  # rounding up never lowers
     assert row["dry_run_error"] is None and row["tracker_error"] is None
     outcome = crosscheck_outcome([row])
-    assert outcome.failures == ["chain, 2 segments: no CUDA peak allocated"]
+    assert outcome.failures == ["chain, 2 segments: no CUDA peak allocated"]  # the name
     (table,) = outcome.tables
     (line,) = [
         line for line in render_table(dataclasses.asdict(table)) if line.startswith("| chain")
@@ -543,7 +544,7 @@ def test_crosscheck_claims_no_error_without_a_gpu():
 def test_crosscheck_table_gives_both_errors_against_cuda():
     row = {
         "step": "VGG16 (article)",
-        "segments": 2,
+        "strategy": "2 segments",
         "batch": 32,
         "optimizer": "SGD momentum",
         "tracked_peak_mib": 99.0,
@@ -561,7 +562,7 @@ def test_crosscheck_table_gives_both_errors_against_cuda():
     assert outcome.failures == []
     lines = render_table(dataclasses.asdict(outcome.tables[0]))
     assert (
-        "| VGG16 (article) | 2 | 32 | SGD momentum | 99.0 | 101.0 | 100.0 | -1.00% | +1.00% "
+        "| VGG16 (article) | 2 segments | 32 | SGD momentum | 99.0 | 101.0 | 100.0 | -1.00% | +1.00% "
         "| 120.0 | n/a | 0.250 |" in lines
     )
     assert "tracked peak MiB (measured on the GPU)" in lines[2]

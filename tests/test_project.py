@@ -118,12 +118,28 @@ def run_cli(*args: str, env_profile: str = "ci") -> subprocess.CompletedProcess:
         (["train", "--experiment", "resnet"], "invalid choice"),
         (["train", "--experiment", "vgg16-dogcat", "--epochs", "0"], "positive integer"),
         (
-            ["train", "--experiment", "vgg16-dogcat", "--segments", "11", "--data", "synthetic"],
+            [
+                "train",
+                "--experiment",
+                "vgg16-dogcat",
+                "--strategy",
+                "segments-11",
+                "--data",
+                "synthetic",
+            ],
             "out of range",
         ),
         (
-            ["train", "--experiment", "neta-cifar10", "--segments", "3", "--data", "synthetic"],
-            "use --segments 0",
+            [
+                "train",
+                "--experiment",
+                "neta-cifar10",
+                "--strategy",
+                "segments-3",
+                "--data",
+                "synthetic",
+            ],
+            "use --strategy none",
         ),
         (
             ["train", "--experiment", "vgg16-dogcat", "--data", "/nonexistent/dogcat"],
@@ -131,6 +147,11 @@ def run_cli(*args: str, env_profile: str = "ci") -> subprocess.CompletedProcess:
         ),
         (["train", "--experiment", "vgg16-dogcat", "--image-size", "8"], "at least 32"),
         (["bench", "--image-size", "16"], "at least 32"),
+        (["train", "--experiment", "vgg16-dogcat", "--strategy", "every-0"], "unknown strategy"),
+        (
+            ["estimate", "--hf-preset", "gpt2", "--strategies", "segments-2"],
+            "splits an nn.Sequential",
+        ),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line_and_no_traceback(args, message):

@@ -151,7 +151,9 @@ def test_zero_epochs_is_a_clear_error():
         run(tiny_model(), 0)
 
 
-@pytest.mark.parametrize("experiment,segments", [("vgg16-dogcat", "2"), ("neta-cifar10", "5")])
+@pytest.mark.parametrize(
+    "experiment,segments", [("vgg16-dogcat", "segments-2"), ("neta-cifar10", "segments-5")]
+)
 def test_command_line_trains_on_generated_data_and_prints_the_log_and_a_summary(
     experiment, segments, tmp_path
 ):
@@ -166,7 +168,7 @@ def test_command_line_trains_on_generated_data_and_prints_the_log_and_a_summary(
             experiment,
             "--data",
             "synthetic",
-            "--segments",
+            "--strategy",
             segments,
             "--epochs",
             "1",

@@ -10,6 +10,7 @@ import sys
 from typing import NoReturn
 
 from tutorial_utils.articles.profiles import PROFILES, get_profile
+from tutorial_utils.checkpointing.kinds import default_spellings, spelled, strategy_spellings
 from tutorial_utils.estimate.card import GPU_CHOICES
 
 # VGG16 halves its input five times (max-pooling): below 32 px a feature map vanishes.
@@ -44,11 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="first article (VGG16, dogs vs cats) or second article (NetA, CIFAR-10)",
     )
     train.add_argument(
-        "--segments",
-        type=int,
-        default=0,
-        help="checkpoint segments: vgg16-dogcat 0..10 (0/1 = none, 2 = the article); "
-        "neta-cifar10 0 or 5 (the article's five checkpointed segments)",
+        "--strategy",
+        type=strategy_word,
+        default="none",
+        help="how to checkpoint: vgg16-dogcat none or segments-N, N in 2..10 (segments-2: the "
+        "article); neta-cifar10 none or segments-5 (the article's five segments, inside NetA). "
+        f"The spellings: {strategy_spellings()}",
     )
     train.add_argument("--batch-size", type=positive_int, help="training batch size")
     train.add_argument("--epochs", type=positive_int, help="number of epochs")
@@ -124,9 +126,8 @@ def add_estimate_parser(commands) -> None:
     )
     estimate.add_argument(
         "--strategies",
-        default="none,every-block,every-2,selective,offload",
-        help="comma-separated: none, every-block, every-N (every N-th block), selective "
-        "(save matmuls and convolutions), offload (GPU-only: listed, not measured)",
+        default=",".join(default_spellings()),
+        help=f"comma-separated, each one of {strategy_spellings(any_model=True)}",
     )
     estimate.add_argument(
         "--card", help="the GPU's memory, e.g. 24GB, 80GB (default: the --gpu's, else 24GB)"
@@ -170,6 +171,15 @@ def add_estimate_parser(commands) -> None:
         default=min(2, os.cpu_count() or 1),
         help="processes for the strategies' dry runs (Linux; default: 2 where there are 2 cores)",
     )
+
+
+def strategy_word(text: str) -> str:
+    """A strategy's command-line spelling, checked against the table of kinds (torch-free)."""
+    try:
+        spelled(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text.strip().lower()
 
 
 def positive_int(text: str) -> int:
@@ -268,12 +278,13 @@ def run_estimate(args: argparse.Namespace) -> int:
 def run_train(args: argparse.Namespace) -> int:
     # torch comes in with these, after the arguments are known to be good
     from tutorial_utils.articles.experiments import BUILDERS
+    from tutorial_utils.checkpointing.strategy import parse_strategy
     from tutorial_utils.measurement.devices import describe_device
     from tutorial_utils.training.loop import train_model
 
     profile = get_profile()
     experiment = BUILDERS[args.experiment](
-        profile, args.segments, args.batch_size, args.image_size, args.data
+        profile, parse_strategy(args.strategy), args.batch_size, args.image_size, args.data
     )
     print(f"profile={profile.name} device={describe_device()} experiment={experiment.name}")
     if experiment.synthetic_data:
@@ -290,13 +301,13 @@ def run_train(args: argparse.Namespace) -> int:
         keep_every_epoch=args.keep_every_epoch,
         progress=not args.no_progress,
         track_memory=True,
-        label=f"{experiment.name} segments={args.segments}",
+        label=f"{experiment.name} {args.strategy}",
     )
     summary = {
         "experiment": experiment.name,
         "profile": profile.name,
         "device": describe_device(),
-        "segments": args.segments,
+        "strategy": args.strategy,
         "synthetic_data": experiment.synthetic_data,
         "epochs": history.as_rows(),
     }

@@ -14,7 +14,6 @@ import torch.nn as nn
 from tutorial_utils.articles import data
 from tutorial_utils.articles.models import NETA_SEGMENTS, NetA, vgg16_classifier
 from tutorial_utils.articles.profiles import Profile
-from tutorial_utils.checkpointing.segments import validate_segments
 from tutorial_utils.checkpointing.strategy import NO_CHECKPOINTING, Strategy, equal_segments
 
 
@@ -41,7 +40,7 @@ class Experiment:
 
 def build_vgg16_dogcat(
     profile: Profile,
-    segments: int,
+    strategy: Strategy,
     batch_size: int | None = None,
     image_size: int | None = None,
     data_path: str | None = None,
@@ -65,7 +64,7 @@ def build_vgg16_dogcat(
     )
     torch.manual_seed(seed)
     model = vgg16_classifier(num_classes=2, layout="article")
-    validate_segments(model, segments)
+    strategy.check(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9)
     return Experiment(
         "vgg16-dogcat",
@@ -74,7 +73,7 @@ def build_vgg16_dogcat(
         optimizer,
         train_loader,
         val_loader,
-        equal_segments(segments),
+        strategy,
         synthetic,
         root,
     )
@@ -82,17 +81,20 @@ def build_vgg16_dogcat(
 
 def build_neta_cifar10(
     profile: Profile,
-    segments: int,
+    strategy: Strategy,
     batch_size: int | None = None,
     image_size: int | None = None,
     data_path: str | None = None,
     seed: int = 0,
 ) -> Experiment:
-    """Second article: NetA (checkpointing inside its forward), Adam lr 1e-3, upsampled CIFAR."""
-    if segments not in (0, NETA_SEGMENTS):
+    """Second article: NetA (checkpointing inside its forward), Adam lr 1e-3, upsampled CIFAR.
+    ``strategy``: NO_CHECKPOINTING, or ``equal_segments(5)``: NetA's own five segments (the
+    training loop then runs it plainly)."""
+    own = equal_segments(NETA_SEGMENTS)
+    if strategy.kind != "none" and strategy != own:
         raise ValueError(
-            f"NetA has {NETA_SEGMENTS} checkpoint segments: use --segments 0 (off) "
-            f"or {NETA_SEGMENTS} (the article's setting), got {segments}"
+            f"NetA checkpoints itself in {NETA_SEGMENTS} segments: use --strategy none (off) "
+            f"or segments-{NETA_SEGMENTS} (the article's setting), got {strategy.name!r}"
         )
     if data_path == "synthetic":
         root, synthetic = data.synthetic_cifar10(profile), True
@@ -119,7 +121,7 @@ def build_neta_cifar10(
     )
     val_loader = data.cifar_batches(test_x, test_y, batch_size, image_size)
     torch.manual_seed(seed)
-    model = NetA(use_checkpoint=segments == NETA_SEGMENTS)
+    model = NetA(use_checkpoint=strategy == own)
     optimizer = adam_optimizer(model.parameters())
     return Experiment(
         "neta-cifar10",

@@ -1,7 +1,7 @@
 """Every figure the two articles report, each written once, with where it comes from.
 
 Lessons, notebooks, the bench and the profiles read the articles' numbers from here, so a
-reader can check each one against ``shared/articles/`` in one place and a comparison never
+reader can check each one against the two articles in one place and a comparison never
 quotes a figure typed twice. Nothing here was measured by this project.
 """
 
@@ -27,7 +27,7 @@ class VGG16Figures:
     image_size: int = 224
     batch_size: int = 64
     epochs: int = 10
-    segments: int = 2  # checkpoint_sequential(modules, segments, images)
+    strategy: str = "segments-2"  # checkpoint_sequential(modules, 2, images), as the CLI spells it
     nvml_mib_plain: float = 14222.125  # NVML "memory used", printed as MB (MiB: bytes / 2**20)
     nvml_mib_checkpointed: float = 10550.125
     epoch_seconds_plain: float = 5 * 60  # "about 5 minutes"
@@ -50,7 +50,7 @@ class NetAFigures:
     """The second article: NetA on CIFAR-10 upsampled to 224 px, 5 checkpointed segments."""
 
     image_size: int = 224
-    segments: int = 5
+    strategy: str = "segments-5"  # NetA's own five checkpointed segments, as the CLI spells it
     card_bytes: int = 2560 * MiB  # "only 2.5G usable" of a GTX 970M 3 GB under Windows
     max_batch_plain: int = 23
     max_batch_checkpointed: int = 31

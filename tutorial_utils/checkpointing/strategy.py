@@ -21,7 +21,7 @@ import dataclasses
 import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, cast, get_args, runtime_checkable
+from typing import Any, Literal, Protocol, cast, runtime_checkable
 
 import torch
 import torch.nn as nn
@@ -29,6 +29,7 @@ from torch.utils.checkpoint import checkpoint
 
 from tutorial_utils.checkpointing.batchnorm import run_keeping_batchnorm
 from tutorial_utils.checkpointing.blocks import checkpointed_blocks, repeated_blocks
+from tutorial_utils.checkpointing.kinds import STRATEGY_KINDS, spelled
 from tutorial_utils.checkpointing.segments import segment_boundaries, validate_segments
 from tutorial_utils.checkpointing.selective import EXPENSIVE_OPS, selective_context_fn
 from tutorial_utils.checkpointing.transformers_api import (
@@ -36,17 +37,11 @@ from tutorial_utils.checkpointing.transformers_api import (
     enable_checkpointing,
 )
 
+# the kinds' names, for type checkers; what each kind is, and everything said about it, is its
+# row in ``kinds.STRATEGY_KINDS``, which a test holds equal to this list
 StrategyKind = Literal[
-    "none",  # nothing checkpointed
-    "segments",  # a Sequential in `segments` equal runs, all but the last checkpointed
-    "every-n",  # every n-th repeated block of any model checkpointed (n = 1: every block)
-    "selective",  # checkpointed regions keep the outputs of `saved_ops`, recompute the rest
-    "offload",  # saved tensors wait in pinned host memory (CUDA only)
-    "plan",  # a planner's schedule of a Sequential (one level or nested)
-    "compile-budget",  # torch.compile's partition of a Sequential at a memory budget
+    "none", "segments", "every-n", "plan", "selective", "compile-budget", "offload"
 ]
-KINDS: tuple[StrategyKind, ...] = get_args(StrategyKind)
-SEQUENTIAL_KINDS = ("segments", "plan", "compile-budget")  # need an nn.Sequential
 
 # what wraps a checkpoint's ``context_fn`` (None: the default contexts), e.g. an emulated
 # autocast's ``checkpoint_context_fn``, so that recomputation re-enters it
@@ -69,8 +64,9 @@ class SequentialSchedule(Protocol):
 class Strategy:
     """One way to checkpoint a model: ``kind`` and the settings it reads.
 
-    ``segments``: the count for "segments" (on "none", the 0 or 1 ``equal_segments`` was given),
-    the regions for "selective" on a Sequential.
+    ``segments``: the count of equal segments of a Sequential (on "none", the 0 or 1
+    ``equal_segments`` was given). ``regions``: the equal regions "selective" checkpoints on a
+    Sequential (0 on other models).
     ``every``: every n-th repeated block for "every-n", "selective" and "offload" on other models.
     ``saved_ops``: what "selective" keeps. ``schedule``: what "plan"/"compile-budget" run.
     ``predicted``: the planner's forecast, carried for its tables. ``name``: the label tables show.
@@ -79,6 +75,7 @@ class Strategy:
     kind: StrategyKind
     name: str = ""
     segments: int = 0
+    regions: int = 0
     every: int = 1
     saved_ops: frozenset = field(default_factory=frozenset)
     schedule: SequentialSchedule | None = None
@@ -88,18 +85,22 @@ class Strategy:
     predicted: object | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
+        if self.kind not in STRATEGY_KINDS:
             raise ValueError(
-                f"unknown strategy kind {self.kind!r}: choose one of {', '.join(KINDS)}"
+                f"unknown strategy kind {self.kind!r}: choose one of {', '.join(STRATEGY_KINDS)}"
             )
-        if isinstance(self.segments, bool) or not isinstance(self.segments, int):
-            raise ValueError(f"segments must be an integer, got {self.segments!r}")
+        for setting in ("segments", "regions"):
+            value = getattr(self, setting)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{setting} must be an integer, 0 or more, got {value!r}")
         if self.kind == "segments" and self.segments < 2:
             raise ValueError(
                 f"segments={self.segments} checkpoints nothing: use 2 or more, or NO_CHECKPOINTING"
             )
-        if self.kind != "segments" and self.segments < 0:
-            raise ValueError(f"regions must be 0 or more, got {self.segments}")
+        if self.segments > 1 and self.kind != "segments":
+            raise ValueError(f"segments={self.segments} is for kind 'segments', not {self.kind!r}")
+        if self.regions and self.kind != "selective":
+            raise ValueError(f"regions are for selective checkpointing, not {self.kind!r}")
         if self.every < 1:
             raise ValueError(f"every must be at least 1 (every block), got {self.every}")
         if self.saved_ops and self.kind != "selective":
@@ -124,13 +125,13 @@ class Strategy:
             return blocks
         if self.kind == "selective":
             what = "matmuls+convs" if self.saved_ops == EXPENSIVE_OPS else "chosen ops"
-            regions = f", {self.segments} regions" if self.segments else ""
+            regions = f", {self.regions} regions" if self.regions else ""
             return f"selective: {what}{regions}"
         if self.kind == "offload":
             return f"{blocks}, offloaded"
         if self.schedule is not None:
             return str(self.schedule)
-        return "none"
+        return self.kind
 
     def __str__(self) -> str:
         return self.name
@@ -149,7 +150,7 @@ class Strategy:
 
     def check(self, model: nn.Module) -> None:
         """A clear ``ValueError`` when this strategy cannot checkpoint ``model``."""
-        if self.kind in SEQUENTIAL_KINDS and not isinstance(model, nn.Sequential):
+        if STRATEGY_KINDS[self.kind].sequential_only and not isinstance(model, nn.Sequential):
             raise ValueError(
                 f"{self.name!r} splits an nn.Sequential; {type(model).__name__} is not one: use "
                 "every_nth_block(n), selective(...) or offloaded(), or NO_CHECKPOINTING for a "
@@ -157,12 +158,17 @@ class Strategy:
             )
         if not isinstance(model, nn.Sequential) or self.kind not in ("segments", "selective"):
             return
-        if self.kind == "selective" and self.segments < 1:
+        if self.kind == "selective" and self.regions < 1:
             raise ValueError(
                 f"selective checkpointing of an nn.Sequential runs in regions: pass "
                 f"selective(ops, regions=k) with k in 1..{len(model)}"
             )
-        validate_segments(model, self.segments)
+        validate_segments(model, self._runs)
+
+    @property
+    def _runs(self) -> int:
+        """How many equal runs a Sequential is split into: segments, or selective's regions."""
+        return self.regions if self.kind == "selective" else self.segments
 
     def checkpoint_kwargs(self, wrap_context: ContextWrapper | None = None) -> dict[str, Any]:
         """What goes to ``torch.utils.checkpoint.checkpoint`` for this strategy."""
@@ -232,7 +238,7 @@ class Strategy:
         if self.kind == "none":
             yield
             return
-        if self.kind in SEQUENTIAL_KINDS:
+        if STRATEGY_KINDS[self.kind].sequential_only:
             raise ValueError(f"{self.name!r} needs an nn.Sequential, not a transformers model")
         kwargs = self.checkpoint_kwargs(wrap_context)
         kwargs.pop("preserve_rng_state")
@@ -255,7 +261,7 @@ class Strategy:
         kwargs = self.checkpoint_kwargs(wrap_context)
         run_modules = run_keeping_batchnorm if self.keep_batchnorm else _run_modules
         modules = list(model)
-        runs = segment_boundaries(len(modules), self.segments)
+        runs = segment_boundaries(len(modules), self._runs)
         for index, (start, end) in enumerate(runs):
             run = functools.partial(run_modules, modules[start:end])
             if self.kind == "segments" and index == len(runs) - 1:
@@ -325,7 +331,7 @@ def selective(
 ) -> Strategy:
     """Checkpointed regions that keep the outputs of ``ops`` and recompute the rest: ``regions``
     equal runs of a Sequential, or every ``every``-th repeated block of another model."""
-    return Strategy("selective", segments=regions, every=every, saved_ops=ops, **options)
+    return Strategy("selective", regions=regions, every=every, saved_ops=ops, **options)
 
 
 def offloaded(**options: Any) -> Strategy:
@@ -348,3 +354,11 @@ def scheduled(
     if predicted is None and kind == "plan":
         predicted = schedule
     return Strategy(kind, name=name, schedule=schedule, predicted=predicted)
+
+
+def parse_strategy(text: str) -> Strategy:
+    """A command-line word (``none``, ``every-block``, ``every-2``, ``segments-4``, ...) as its
+    ``Strategy``: the spelling's row of ``STRATEGY_KINDS`` names the constructor that makes it."""
+    row, number = spelled(text)
+    make = globals()[row.constructor] if row.constructor else functools.partial(Strategy, row.kind)
+    return make() if number is None else make(number)

@@ -12,7 +12,7 @@ import torch.nn as nn
 
 from tutorial_utils.articles.experiments import adam_optimizer
 from tutorial_utils.articles.models import Layout, NetA, vgg16_classifier
-from tutorial_utils.checkpointing.strategy import equal_segments
+from tutorial_utils.checkpointing.strategy import NO_CHECKPOINTING, Strategy, equal_segments
 from tutorial_utils.display.tables import cell_text
 from tutorial_utils.gpu_check.report import (
     DRY_RUN,
@@ -41,14 +41,14 @@ class CrossCheckStep:
     make_model: Callable[[], nn.Module]
     input_shape: tuple[int, ...]
     classes: int
-    segments: int  # 0 for a model that checkpoints itself (NetA)
+    strategy: Strategy  # NO_CHECKPOINTING for a model that checkpoints itself (NetA)
     optimizer: str
     optimizer_factory: OptimizerFactory
 
 
 class DryRunRow(TypedDict):
     step: str
-    segments: int
+    strategy: str  # the strategy's name
     batch: int
     image_size: int
     optimizer: str
@@ -80,12 +80,15 @@ def _neta(use_checkpoint: bool) -> Callable[[], nn.Module]:
 
 
 VGG_SHAPE, NETA_SHAPE, SGD, ADAM = (32, 3, 224, 224), (31, 3, 224, 224), "SGD momentum", "Adam"
+NONE, VGG = NO_CHECKPOINTING, ("VGG16 (article)", _vgg16("article"), VGG_SHAPE, 2)
 STEPS = (
-    CrossCheckStep("VGG16 (article)", _vgg16("article"), VGG_SHAPE, 2, 0, SGD, default_optimizer),
-    CrossCheckStep("VGG16 (article)", _vgg16("article"), VGG_SHAPE, 2, 2, SGD, default_optimizer),
-    CrossCheckStep("VGG16 (flat)", _vgg16("flat"), VGG_SHAPE, 2, 6, SGD, default_optimizer),
-    CrossCheckStep("NetA, plain", _neta(False), NETA_SHAPE, 10, 0, ADAM, adam_optimizer),
-    CrossCheckStep("NetA, 5 checkpointed", _neta(True), NETA_SHAPE, 10, 0, ADAM, adam_optimizer),
+    CrossCheckStep(*VGG, NONE, SGD, default_optimizer),
+    CrossCheckStep(*VGG, equal_segments(2), SGD, default_optimizer),
+    CrossCheckStep(
+        "VGG16 (flat)", _vgg16("flat"), VGG_SHAPE, 2, equal_segments(6), SGD, default_optimizer
+    ),
+    CrossCheckStep("NetA, plain", _neta(False), NETA_SHAPE, 10, NONE, ADAM, adam_optimizer),
+    CrossCheckStep("NetA, 5 checkpointed", _neta(True), NETA_SHAPE, 10, NONE, ADAM, adam_optimizer),
 )
 
 
@@ -94,13 +97,13 @@ def dry_run_row(step: CrossCheckStep) -> DryRunRow:
     report = dry_run_step(
         build_on_meta(step.make_model),
         step.input_shape,
-        equal_segments(step.segments),
+        step.strategy,
         optimizer_factory=step.optimizer_factory,
         round_to_blocks=True,
     )
     return {
         "step": step.name,
-        "segments": step.segments,
+        "strategy": step.strategy.name,
         "batch": step.input_shape[0],
         "image_size": step.input_shape[-1],
         "optimizer": step.optimizer,
@@ -119,7 +122,7 @@ def measure(step: CrossCheckStep, device: torch.device) -> StepReport:
         model,
         inputs,
         targets,
-        equal_segments(step.segments),
+        step.strategy,
         optimizer_factory=step.optimizer_factory,
         device=device,
         repeats=3,
@@ -168,7 +171,7 @@ def crosscheck(
 
 CROSSCHECK_COLUMNS = [
     Column("step", "step"),
-    Column("segments", "segments", "{:d}"),
+    Column("strategy", "strategy"),
     Column("batch", "batch", "{:d}"),
     Column("optimizer", "optimizer"),
     Column("tracked peak MiB", "tracked_peak_mib", "{:.1f}", MEASURED),
@@ -202,7 +205,7 @@ def crosscheck_outcome(rows: list[CrossCheckRow]) -> Outcome:
             "context and the allocator's cache.",
         ],
         [
-            f"{row['step']}, {row['segments']} segments: no CUDA peak allocated"
+            f"{row['step']}, {row['strategy']}: no CUDA peak allocated"
             for row in rows
             if row["cuda_peak_allocated_mib"] is None
         ],

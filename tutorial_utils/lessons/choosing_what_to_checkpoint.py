@@ -24,6 +24,7 @@ from matplotlib.patches import Patch
 
 from tutorial_utils.articles.models import vgg16_classifier
 from tutorial_utils.articles.profiles import Profile
+from tutorial_utils.checkpointing.kinds import families
 from tutorial_utils.display.labels import annotate_points
 from tutorial_utils.display.plotting import figure_subtitle
 from tutorial_utils.display.tables import columns_table
@@ -36,16 +37,6 @@ from tutorial_utils.planning.profile import ModelProfile
 from tutorial_utils.planning.strategies import StrategyRow
 from tutorial_utils.units import MiB
 
-KIND_STYLES = {
-    "none": ("black", "s"),
-    "uniform": ("#8c8c8c", "o"),
-    "sqrt(n)": ("#4c72b0", "D"),
-    "planned": ("#c44e52", "*"),
-    "selective": ("#55a868", "^"),
-    "offload": ("#8172b3", "v"),
-    "nested": ("#937860", "P"),
-    "compile budget": ("#da8bc3", "X"),
-}
 CHECKPOINTED_COLOR, KEPT_COLOR, NESTED_COLOR = "#c6d4e8", "#dd8452", "#4c72b0"
 RUNS_COLORS = {1: KEPT_COLOR, 2: CHECKPOINTED_COLOR, 3: NESTED_COLOR}  # runs of a module per step
 RUNS_LABELS = {
@@ -151,14 +142,14 @@ def plot_pareto(
     x: Literal["flops_ratio", "step_seconds"] = "flops_ratio" if dry else "step_seconds"
     fig, ax = plt.subplots(figsize=(9.5, 4.8))
     plt.close(fig)
-    for kind, (color, marker) in KIND_STYLES.items():
+    for kind, style in families().items():  # the table of kinds' styles, in menu order
         points = [row for row in rows if row["family"] == kind]
         if points:
             ax.scatter(
                 [row[x] for row in points],
                 [row[y] for row in points],
-                c=color,
-                marker=marker,
+                c=style.color,
+                marker=style.marker,
                 s=120 if kind == "planned" else 45,
                 label=kind,
                 zorder=3,
@@ -313,13 +304,7 @@ def key_rows(rows: Sequence[StrategyRow]) -> list[StrategyRow]:
     selective checkpointing and compile budgets (the full table is ``strategy_table(rows)``)."""
     uniform = [row for row in rows if row["family"] == "uniform"]
     best = min(uniform, key=lambda row: row["tracked_peak_mib"], default=None)
-    return [
-        row
-        for row in rows
-        if row["family"]
-        in ("none", "sqrt(n)", "planned", "nested", "selective", "compile budget", "offload")
-        or row is best
-    ]
+    return [row for row in rows if row["family"] != "uniform" or row is best]
 
 
 def above_none(rows: Sequence[StrategyRow]) -> str:
@@ -346,7 +331,8 @@ def floor_table(rows: Sequence[StrategyRow], floor: PeakFloor) -> str:
     planned = [row for row in rows if row["family"] == "planned"]
     if planned:
         chosen["planner, least peak"] = min(planned, key=lambda row: row["tracked_peak_mib"])
-    for kind in ("nested", "selective", "compile budget"):
+    shown_above = ("none", "uniform", "sqrt(n)", "planned", "offload")
+    for kind in [name for name in families() if name not in shown_above]:
         family = [row for row in rows if row["family"] == kind]
         if family:
             best = min(family, key=lambda row: row["tracked_peak_mib"])

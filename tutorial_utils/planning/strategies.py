@@ -10,11 +10,12 @@ meta inputs, one row each with its ``kind`` and its menu ``family``.
 from __future__ import annotations
 
 import math
-from typing import Literal, NotRequired, TypedDict, cast
+from typing import NotRequired, TypedDict, cast
 
 import torch
 import torch.nn as nn
 
+from tutorial_utils.checkpointing.kinds import STRATEGY_KINDS
 from tutorial_utils.checkpointing.strategy import (
     Strategy,
     StrategyKind,
@@ -37,11 +38,10 @@ from tutorial_utils.planning.planner import (
 from tutorial_utils.planning.profile import ModelProfile, profile_sequential
 from tutorial_utils.units import MiB, ratio
 
-# the menu's families, as tables and plots group its strategies (a Strategy's ``kind`` joins
-# uniform splits and sqrt(n), one-level and nested plans)
-Family = Literal[
-    "none", "uniform", "sqrt(n)", "planned", "nested", "selective", "compile budget", "offload"
-]
+# a family of the menu, as tables and plots group its strategies: one of
+# ``checkpointing.kinds.families()`` (a kind's own family, or the variant its row names: sqrt(n)
+# among uniform splits, nested among plans)
+Family = str
 
 
 class StrategyRow(TypedDict):
@@ -79,16 +79,12 @@ def sqrt_n_count(n_modules: int) -> int:
 
 
 def family(strategy: Strategy, n_modules: int) -> Family:
-    """Which of the menu's families ``strategy`` belongs to, for a model of ``n_modules``."""
-    if strategy.kind == "segments":
-        return "sqrt(n)" if strategy.segments == sqrt_n_count(n_modules) else "uniform"
-    if strategy.kind == "plan":
-        return "nested" if isinstance(strategy.schedule, NestedPlan) else "planned"
-    if strategy.kind == "compile-budget":
-        return "compile budget"
-    if strategy.kind in ("none", "selective", "offload"):
-        return cast(Family, strategy.kind)
-    raise ValueError(f"{strategy.name!r} ({strategy.kind}) is not on a Sequential's menu")
+    """Which of the menu's families ``strategy`` belongs to, for a model of ``n_modules``: its
+    kind's own (``checkpointing.kinds``), or the variant a Sequential's menu tells apart."""
+    own, *variants = (style.name for style in STRATEGY_KINDS[strategy.kind].families)
+    sqrt_n = strategy.kind == "segments" and strategy.segments == sqrt_n_count(n_modules)
+    nested = strategy.kind == "plan" and isinstance(strategy.schedule, NestedPlan)
+    return variants[0] if variants and (sqrt_n or nested) else own
 
 
 def strategy_menu(
@@ -139,7 +135,8 @@ def strategy_menu(
     menu += [compile_budget_strategy(b) for b in compile_budgets]
     if sample_input.device.type == "cuda":
         menu.append(offloaded(name="offload to CPU"))
-    return menu
+    places = list(STRATEGY_KINDS)  # the table's order is the menu's
+    return sorted(menu, key=lambda strategy: places.index(strategy.kind))
 
 
 def _nested_plans(
@@ -221,7 +218,7 @@ def _strategy_row(
         "checkpointing": strategy.name,
         "kind": strategy.kind,
         "family": menu_family,
-        "plan": str(predicted.boundaries if predicted else strategy.segments),
+        "plan": str(predicted.boundaries if predicted else strategy.segments or strategy.regions),
         "batch": record.batch_size,
         "tracked_peak_mib": record.peak_bytes / MiB,
         "added_mib": added / MiB,

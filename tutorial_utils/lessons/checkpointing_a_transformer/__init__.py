@@ -56,9 +56,9 @@ from tutorial_utils.lessons.checkpointing_a_transformer.strategies import (
     breakdown_table,
     lm_step,
     rows_table,
-    strategy_menu,
     strategy_rows,
     token_batch,
+    transformer_menu,
 )
 
 __all__ = [
@@ -92,7 +92,7 @@ __all__ = [
     "sizes_for",
     "small_gpt2_config",
     "small_llama_config",
-    "strategy_menu",
+    "transformer_menu",
     "strategy_rows",
     "token_batch",
     "trainable_parameters",

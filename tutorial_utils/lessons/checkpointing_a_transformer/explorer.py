@@ -18,8 +18,8 @@ from tutorial_utils.lessons.checkpointing_a_transformer.models import CausalLM
 from tutorial_utils.lessons.checkpointing_a_transformer.strategies import (
     LMStrategyRow,
     rows_table,
-    strategy_menu,
     strategy_rows,
+    transformer_menu,
 )
 
 
@@ -76,7 +76,7 @@ class StrategyExplorer:
             raise ValueError(f"{model} reads at most {context:,} tokens (its context)")
         key = (model, batch, sequence)
         if key not in self.computed:
-            menu = strategy_menu(len(decoder_blocks(lm)))
+            menu = transformer_menu(len(decoder_blocks(lm)))
             self.computed[key] = strategy_rows(lm, menu, batch, sequence)
         return self.computed[key]
 

@@ -30,7 +30,7 @@ from tutorial_utils.units import MiB, ratio
 # -- the strategies ------------------------------------------------------------------------------
 
 
-def strategy_menu(layers: int, *, on_cuda: bool = False) -> list[Strategy]:
+def transformer_menu(layers: int, *, on_cuda: bool = False) -> list[Strategy]:
     """None, every block (reentrant and not), every 2nd and 4th block, two selective policies,
     and offloading where there is a GPU to offload from. Each applied through the model's own
     call (``Strategy.applied``: ``activation_checkpointing_enable``)."""
