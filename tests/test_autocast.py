@@ -165,3 +165,25 @@ def test_the_batch_search_and_the_floor_follow_torch_autocast():
     best = next(t for t in search.trials if t.fits and t.batch_size == search.batch_size)
     explicit = dry_run_step(_conv_chain(), (best.batch_size, *shape[1:]), autocast=dry_autocast())
     assert best.peak_bytes == explicit.peak_bytes
+
+
+def test_the_emulation_reads_no_module_attribute_that_warns(monkeypatch: pytest.MonkeyPatch):
+    """Issue 46: notebook 07 printed torch.jit.script_method's FutureWarning because entering the
+    emulation's kernels asked every loaded module (torch.utils.mkldnn among them) for an
+    attribute. With warnings as errors, entering them must stay silent, and transformers'
+    ``maybe_autocast`` is still found and put back."""
+    import sys
+    import types
+    import warnings
+
+    import torch.utils.mkldnn  # noqa: F401 (loaded, as a notebook has it)
+
+    fake = types.ModuleType("transformers.fake_for_test")
+    fake.maybe_autocast = original = lambda device_type, **kwargs: None  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, fake.__name__, fake)
+    emulation = EmulatedAutocast(torch.bfloat16, CPU_POLICY)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with emulation.kernels():
+            assert fake.maybe_autocast is not original  # type: ignore[attr-defined]
+    assert fake.maybe_autocast is original  # type: ignore[attr-defined]

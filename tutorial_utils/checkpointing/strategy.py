@@ -360,5 +360,7 @@ def parse_strategy(text: str) -> Strategy:
     """A command-line word (``none``, ``every-block``, ``every-2``, ``segments-4``, ...) as its
     ``Strategy``: the spelling's row of ``STRATEGY_KINDS`` names the constructor that makes it."""
     row, number = spelled(text)
-    make = globals()[row.constructor] if row.constructor else functools.partial(Strategy, row.kind)
+    if not row.constructor:
+        return Strategy(cast(StrategyKind, row.kind))
+    make: Callable[..., Strategy] = globals()[row.constructor]
     return make() if number is None else make(number)

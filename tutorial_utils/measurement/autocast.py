@@ -325,10 +325,13 @@ def _autocast_off_regions(emulation: EmulatedAutocast) -> Iterator[None]:
     """``transformers``' ``maybe_autocast(device_type="meta", enabled=False)`` switches the
     emulation off, as ``torch.autocast(..., enabled=False)`` switches autocast off on a device."""
     patched = []
-    for module in list(sys.modules.values()):
-        original = getattr(module, "maybe_autocast", None)
-        name = getattr(module, "__name__", "")
-        if original is None or not name.startswith("transformers"):
+    for name, module in list(sys.modules.items()):
+        # the module's own dict: a getattr would run a module's __getattr__ (torch.utils.mkldnn's
+        # warns that torch.jit.script_method is deprecated), and only transformers' are wanted
+        if not name.startswith("transformers") or module is None:
+            continue
+        original = vars(module).get("maybe_autocast")
+        if original is None:
             continue
 
         def maybe_autocast(device_type, *args, _original=original, **kwargs):
