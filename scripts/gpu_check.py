@@ -11,7 +11,8 @@ section (each a module of ``tutorial_utils/gpu_check/``), and writes what it fou
    article's 2.5 GB card, where the doubling phase meets a real ``torch.cuda.OutOfMemoryError``;
    afterwards the process must still compute and ``memory_allocated`` be back at its baseline;
    the tracked search beside it.
-4. offloading: one step with ``OffloadedActivations`` and one without: peaks, times, gradients.
+4. offloading: one step with ``offloaded()`` (saved tensors in pinned host memory) and one
+   without: peaks, times, gradients.
 5. NCCL: an all-reduce over two ranks (``training.distributed.launch``) where two GPUs are
    visible; skipped, not failed, on one.
 6. estimate, allocator, kernels: ``python -m tutorial_utils estimate``, the emulated caching

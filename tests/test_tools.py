@@ -48,6 +48,7 @@ def definitions(source: str) -> dict[str, str]:
             found[node.name] = ast.get_source_segment(source, node, padded=True)
         elif isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
             found[node.targets[0].id] = ast.get_source_segment(source, node)
+    found.pop("__all__", None)  # the module's public surface, not a tool
     return found
 
 

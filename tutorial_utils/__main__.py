@@ -13,6 +13,8 @@ from tutorial_utils.articles.profiles import PROFILES, get_profile
 from tutorial_utils.checkpointing.kinds import default_spellings, spelled, strategy_spellings
 from tutorial_utils.estimate.card import GPU_CHOICES
 
+__all__ = ["build_parser", "main"]
+
 # VGG16 halves its input five times (max-pooling): below 32 px a feature map vanishes.
 MIN_VGG16_IMAGE_SIZE = 32
 

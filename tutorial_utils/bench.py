@@ -74,6 +74,29 @@ from tutorial_utils.planning.strategies import (
 )
 from tutorial_utils.units import MiB, ratio
 
+__all__ = [
+    "add_ratios",
+    "ARTICLE_BATCH",
+    "ARTICLE_CARD_BYTES",
+    "ARTICLE_SIDE",
+    "batchnorm_bench",
+    "bench_main",
+    "BenchRow",
+    "COLUMNS",
+    "Columns",
+    "deep_chain_name",
+    "DOGCAT_CLASSES",
+    "dry_run_bench",
+    "DRY_RUN_COLUMNS",
+    "DryRunBench",
+    "NETA_CHECKPOINTED",
+    "print_dry_run_bench",
+    "RatioFigure",
+    "RatioKey",
+    "VGG16_ARTICLE",
+    "VGG16_FLAT",
+]
+
 DOGCAT_CLASSES, CIFAR_CLASSES = 2, 10
 ARTICLE_SEGMENTS = (0, 2)
 FLAT_MODULES = 40

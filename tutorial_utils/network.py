@@ -9,6 +9,8 @@ from __future__ import annotations
 import socket
 import threading
 
+__all__ = ["reachable"]
+
 
 def reachable(host: str, port: int = 443, timeout_s: float = 3.0) -> bool:
     """Whether a TCP connection to ``host`` opens within ``timeout_s`` seconds, DNS included.

@@ -22,6 +22,18 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import FlopCounterMode
 
+__all__ = [
+    "compare_times",
+    "LiveBytes",
+    "MiB",
+    "peak_bytes",
+    "saved_bytes",
+    "SavedTensors",
+    "step_flops",
+    "StepTimes",
+    "time_turns",
+]
+
 MiB = 2**20
 
 

@@ -6,6 +6,8 @@ articles' quoted figures keep their "MB" (NVML's MiB, as they printed them).
 
 from __future__ import annotations
 
+__all__ = ["GiB", "MiB", "ratio"]
+
 MiB = 2**20
 GiB = 2**30
 

@@ -16,6 +16,8 @@ from tutorial_utils.articles.models import NETA_SEGMENTS, NetA, vgg16_classifier
 from tutorial_utils.articles.profiles import Profile
 from tutorial_utils.checkpointing.strategy import NO_CHECKPOINTING, Strategy, equal_segments
 
+__all__ = ["adam_optimizer", "build_neta_cifar10", "build_vgg16_dogcat", "BUILDERS", "Experiment"]
+
 
 def adam_optimizer(parameters: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
     """The second article's optimizer: Adam, lr 1e-3 (pass it as ``optimizer_factory=`` to

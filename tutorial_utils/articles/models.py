@@ -15,6 +15,18 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 from torchvision import models
 
+__all__ = [
+    "conv_bn_relu",
+    "count_parameters",
+    "deep_tanh_chain",
+    "flatten_vgg16",
+    "Layout",
+    "NetA",
+    "neta_as_sequential",
+    "NETA_SEGMENTS",
+    "vgg16_classifier",
+]
+
 Layout = Literal["article", "flat"]  # the article's 10 top-level modules, or 40 of them
 VGG_LAYOUTS: tuple[Layout, ...] = get_args(Layout)
 

@@ -15,6 +15,15 @@ import os
 from dataclasses import dataclass, replace
 from typing import Literal, overload
 
+__all__ = [
+    "default_profile_name",
+    "get_profile",
+    "Profile",
+    "PROFILE_ENV",
+    "ProfileName",
+    "PROFILES",
+]
+
 PROFILE_ENV = "TUTORIAL_PROFILE"
 STEPS_ENV = "TUTORIAL_STEPS"
 REHEARSAL_EPOCHS = 2

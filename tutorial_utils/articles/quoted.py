@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 from tutorial_utils.units import MiB
 
+__all__ = ["NETA_ARTICLE", "NetAFigures", "ToyGraphFigures", "VGG16_ARTICLE", "VGG16Figures"]
+
 
 @dataclass(frozen=True)
 class ToyGraphFigures:

@@ -23,6 +23,22 @@ import torch.nn as nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils.hooks import RemovableHandle
 
+__all__ = [
+    "batchnorm_layers",
+    "compensate_momentum",
+    "compensated_momentum",
+    "counter_ratio",
+    "freeze_stats_during_recompute",
+    "is_recomputing",
+    "largest_difference",
+    "relative_distance",
+    "run_keeping_batchnorm",
+    "running_stats",
+    "RunningStats",
+    "stats_match",
+    "updates_per_step",
+]
+
 STAT_NAMES = ("running_mean", "running_var", "num_batches_tracked")
 RunningStats = dict[str, dict[str, torch.Tensor]]
 

@@ -20,6 +20,8 @@ import torch
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
+__all__ = ["checkpointed_blocks", "decoder_layers", "repeated_blocks"]
+
 
 @contextlib.contextmanager
 def checkpointed_blocks(

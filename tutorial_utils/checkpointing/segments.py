@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch.nn as nn
 
+__all__ = ["segment_boundaries", "validate_segments"]
+
 
 def validate_segments(model: nn.Sequential, segments: object) -> int:
     """``segments`` itself when it is a valid count for ``model``, else a ``ValueError``."""

@@ -27,6 +27,15 @@ from collections.abc import Callable
 import torch
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
+__all__ = [
+    "aten",
+    "ATTENTION_OPS",
+    "EXPENSIVE_OPS",
+    "MATRIX_PRODUCT_OPS",
+    "saving_policy",
+    "selective_context_fn",
+]
+
 aten = torch.ops.aten
 
 # Ops whose outputs are worth keeping: recomputing them costs as much as the forward itself.

@@ -37,6 +37,22 @@ from tutorial_utils.checkpointing.transformers_api import (
     enable_checkpointing,
 )
 
+__all__ = [
+    "ContextFn",
+    "ContextWrapper",
+    "equal_segments",
+    "every_nth_block",
+    "NO_CHECKPOINTING",
+    "OFFLOAD_NOTE",
+    "offloaded",
+    "parse_strategy",
+    "scheduled",
+    "selective",
+    "SequentialSchedule",
+    "Strategy",
+    "StrategyKind",
+]
+
 # the kinds' names, for type checkers; what each kind is, and everything said about it, is its
 # row in ``kinds.STRATEGY_KINDS``, which a test holds equal to this list
 StrategyKind = Literal[

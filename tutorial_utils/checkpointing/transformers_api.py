@@ -15,6 +15,8 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+__all__ = ["disable_checkpointing", "enable_checkpointing"]
+
 
 def enable_checkpointing(
     model: nn.Module,

@@ -1,1 +1,3 @@
 """Figures and widget panels, shared by the notebooks."""
+
+__all__: list[str] = []

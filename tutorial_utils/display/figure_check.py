@@ -24,6 +24,14 @@ from matplotlib.text import Text
 from matplotlib.transforms import Bbox
 from numpy.typing import ArrayLike
 
+__all__ = [
+    "agg_renderer",
+    "CHECK_FIGURES_ENV",
+    "check_figures_when_shown",
+    "figure_problems",
+    "UnreadableFigure",
+]
+
 CHECK_FIGURES_ENV = "TUTORIAL_CHECK_FIGURES"  # "1": every figure shown is checked
 TOLERANCE_PX = 1.0  # overlaps or overhangs smaller than this are rendering noise, not problems
 

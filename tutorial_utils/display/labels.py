@@ -22,6 +22,8 @@ from matplotlib.transforms import Bbox
 
 from tutorial_utils.display.figure_check import agg_renderer
 
+__all__ = ["annotate_points", "NEAREST_RING"]
+
 # (dx, dy) in points, alignment: right-above first, then the other sides, then further out
 CANDIDATE_OFFSETS = [
     (dx * scale, dy * scale)

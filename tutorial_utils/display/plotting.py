@@ -21,6 +21,16 @@ from tutorial_utils.measurement.phases import PHASES
 from tutorial_utils.measurement.tracker import CATEGORIES
 from tutorial_utils.units import MiB
 
+__all__ = [
+    "CATEGORY_COLORS",
+    "CATEGORY_NAMES",
+    "figure_subtitle",
+    "plot_breakdown",
+    "plot_histories",
+    "plot_segment_sweep",
+    "plot_step_timelines",
+]
+
 CATEGORY_COLORS = {
     "parameters": "#4c72b0",
     "gradients": "#dd8452",

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
+__all__ = ["cell_text", "Column", "columns_table", "markdown_cell", "TableStyle", "text_table"]
+
 TableStyle = Literal["text", "markdown"]
 Column = tuple[str, str, str]  # (key in each row, title, format such as "{:.1f}")
 

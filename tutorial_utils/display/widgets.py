@@ -17,6 +17,17 @@ import ipywidgets as widgets
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
+__all__ = [
+    "batch_size_slider",
+    "budget_slider",
+    "figure_output",
+    "int_slider",
+    "result_outputs",
+    "RunPanel",
+    "segment_slider",
+    "wide_layout",
+]
+
 WIDE_LABEL = {"description_width": "initial"}
 
 

@@ -6,3 +6,5 @@ one time budget, each isolated; every other module is one section and exports it
 ``allocator``, ``kernels``, ``notebooks``. Each section's CPU side (its rows judged, its table
 rendered) is tested in ``tests/test_gpu_check.py`` with made-up figures.
 """
+
+__all__: list[str] = []

@@ -30,6 +30,14 @@ from tutorial_utils.measurement.allocator import (
 from tutorial_utils.measurement.gpu_attention import SdpaRules, device_rules, gpu_attention_rules
 from tutorial_utils.units import MiB
 
+__all__ = [
+    "ALLOCATOR_CHECKS",
+    "allocator_failures",
+    "AllocatorRow",
+    "predicted_counters",
+    "SECTION",
+]
+
 # (model, batch, size, precision, LoRA rank, strategy): small enough for seconds on any GPU
 ALLOCATOR_CHECKS = (
     ("hf:gpt2", 2, 512, "bf16", 0, "none"),

@@ -19,6 +19,17 @@ from tutorial_utils.measurement.batch_search import MaxBatchResult, find_max_bat
 from tutorial_utils.measurement.step import measure_step
 from tutorial_utils.units import MiB
 
+__all__ = [
+    "batch_search_outcome",
+    "first_out_of_memory",
+    "FirstOverflow",
+    "ReleaseRow",
+    "SEARCH_BUDGET_BYTES",
+    "SEARCH_SAMPLE",
+    "SearchRow",
+    "SECTION",
+]
+
 # NetA at the second article's 224 px under its 2.5 GB card: the dry run puts the plain step at
 # batch 64 over the card, so the doubling phase (1, 2, ..., 64) meets a real out-of-memory error.
 SEARCH_SAMPLE, SEARCH_BUDGET_BYTES = (3, 224, 224), NETA_ARTICLE.card_bytes

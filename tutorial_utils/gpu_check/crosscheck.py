@@ -32,6 +32,20 @@ from tutorial_utils.measurement.step import (
 )
 from tutorial_utils.units import MiB
 
+__all__ = [
+    "crosscheck",
+    "crosscheck_outcome",
+    "CrossCheckRow",
+    "CrossCheckStep",
+    "dry_run_row",
+    "DryRunRow",
+    "measure",
+    "SECTION",
+    "SGD",
+    "STEPS",
+    "VGG",
+]
+
 
 @dataclass(frozen=True)
 class CrossCheckStep:

@@ -19,6 +19,8 @@ from tutorial_utils.gpu_check.report import (
 from tutorial_utils.gpu_check.runner import Budget, Section, free_cuda_memory
 from tutorial_utils.units import MiB
 
+__all__ = ["ESTIMATE_CHECKS", "estimate_outcome", "estimate_rows", "EstimateRow", "SECTION"]
+
 # (workload, strategy) pairs ``python -m tutorial_utils estimate`` answers, small enough for any
 # GPU: a LoRA Llama under CUDA autocast (the emulated cast policy), a fully trained GPT-2 in bf16,
 # a ResNet-50 under autocast with selective checkpointing.

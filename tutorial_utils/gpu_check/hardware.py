@@ -13,6 +13,8 @@ from tutorial_utils.gpu_check.runner import Budget, Section
 from tutorial_utils.measurement.nvml import nvml_driver_version, nvml_used_mib
 from tutorial_utils.units import MiB
 
+__all__ = ["GpuRow", "SECTION"]
+
 
 class GpuRow(TypedDict):
     index: int

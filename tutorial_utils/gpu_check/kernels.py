@@ -32,6 +32,15 @@ from tutorial_utils.measurement.gpu_attention import (
 from tutorial_utils.measurement.meta_attention import dry_run_context
 from tutorial_utils.tools import SavedTensors
 
+__all__ = [
+    "compare_call",
+    "KERNEL_COLUMNS",
+    "kernel_failures",
+    "KernelRow",
+    "saved_bytes",
+    "SECTION",
+]
+
 # torch's SDPBackend values (torch.nn.attention.SDPBackend) by the rules' names
 TORCH_BACKENDS = {0: "math", 1: "flash", 2: "efficient", 3: "cudnn"}
 CASES = tuple(

@@ -13,6 +13,8 @@ from tutorial_utils.gpu_check.report import MEASURED, Column, Outcome, Table
 from tutorial_utils.gpu_check.runner import Budget, Section
 from tutorial_utils.training.distributed import RankContext, launch
 
+__all__ = ["nccl_rank", "nccl_section", "nccl_skip_reason", "NcclRow", "SECTION"]
+
 
 class NcclRow(TypedDict):
     rank: int

@@ -30,6 +30,22 @@ from tutorial_utils.gpu_check.report import (
 )
 from tutorial_utils.gpu_check.runner import Budget, Section
 
+__all__ = [
+    "execute_copy",
+    "MIN_NOTEBOOK_S",
+    "notebook_env",
+    "notebook_timeout",
+    "NotebookExecutor",
+    "NotebookRow",
+    "NOTEBOOKS",
+    "NOTEBOOKS_DIR",
+    "notebooks_section",
+    "RESERVE_S",
+    "ROOT",
+    "SECTION",
+    "stopping_cell",
+]
+
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS_DIR = ROOT / "notebooks"
 NOTEBOOKS = ("02_vgg16_dogcat.ipynb", "03_cifar10_neta.ipynb")

@@ -1,5 +1,5 @@
-"""Section 4, offloading: one step with ``OffloadedActivations`` and one without: peaks, times,
-gradients."""
+"""Section 4, offloading: one step with ``offloaded()`` (saved tensors in pinned host memory)
+and one without: peaks, times, gradients."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from tutorial_utils.gpu_check.runner import Budget, Section, free_cuda_memory
 from tutorial_utils.measurement.gradients import compare_gradients, parameter_gradients
 from tutorial_utils.measurement.step import measure_step
 from tutorial_utils.units import MiB
+
+__all__ = ["offloading_outcome", "OffloadRow", "SECTION"]
 
 
 class OffloadRow(TypedDict):

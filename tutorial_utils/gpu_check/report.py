@@ -16,6 +16,27 @@ from typing import Literal
 
 from tutorial_utils.display.tables import cell_text, columns_table, markdown_cell
 
+__all__ = [
+    "Column",
+    "DRY_RUN",
+    "FAILED",
+    "MEASURED",
+    "one_line",
+    "Outcome",
+    "PASSED",
+    "relative_error",
+    "render_report",
+    "render_table",
+    "report_data",
+    "SectionResult",
+    "SKIPPED",
+    "Status",
+    "status_text",
+    "Table",
+    "tolerance_failures",
+    "write_report",
+]
+
 Status = Literal["passed", "FAILED", "skipped"]
 PASSED: Status = "passed"
 FAILED: Status = "FAILED"

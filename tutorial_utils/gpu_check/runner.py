@@ -23,6 +23,8 @@ from tutorial_utils.gpu_check.report import (
     one_line,
 )
 
+__all__ = ["Budget", "exit_status", "free_cuda_memory", "run_section", "run_sections", "Section"]
+
 
 class Budget:
     """The check's wall-time allowance, counted from its creation: the notebooks, the long part,

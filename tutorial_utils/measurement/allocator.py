@@ -42,6 +42,21 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
+__all__ = [
+    "AllocationEvent",
+    "AllocationLog",
+    "AllocatorPrediction",
+    "Block",
+    "CachingAllocator",
+    "CUBLAS_WORKSPACE_BYTES",
+    "CUBLAS_WORKSPACE_HOPPER_BYTES",
+    "EmulatedOutOfMemory",
+    "EventKind",
+    "replay",
+    "rounded_bytes",
+    "segment_bytes",
+]
+
 MIN_BLOCK_BYTES = 512
 SMALL_REQUEST_BYTES = 2**20  # the largest request served from the small pool
 SMALL_SEGMENT_BYTES = 2 * 2**20

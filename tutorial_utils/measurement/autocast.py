@@ -33,6 +33,19 @@ from dataclasses import dataclass
 
 import torch
 
+__all__ = [
+    "ambient_autocast",
+    "AutocastPolicy",
+    "CPU_POLICY",
+    "CUDA_POLICY",
+    "EmulatedAutocast",
+    "forward_autocast",
+    "FP32",
+    "outside_autocast",
+    "POLICIES",
+    "step_kernels",
+]
+
 KEY = torch._C.DispatchKey.AutocastPrivateUse1  # type: ignore[attr-defined]  # not in the stubs
 KEYSET = torch._C.DispatchKeySet(KEY)
 

@@ -24,6 +24,15 @@ from tutorial_utils.measurement.step import OptimizerFactory, measure_step
 from tutorial_utils.measurement.tracker import MemoryLimitExceeded
 from tutorial_utils.units import MiB
 
+__all__ = [
+    "BatchTrial",
+    "find_max_batch_size",
+    "largest_fitting",
+    "MaxBatchResult",
+    "SearchMode",
+    "start_on_line",
+]
+
 # "tracked": the tracked peak against the budget, any device; "cuda": a real step under a capped
 # CUDA allocator, where running out of memory is the answer
 SearchMode = Literal["tracked", "cuda"]

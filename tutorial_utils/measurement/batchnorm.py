@@ -12,6 +12,8 @@ import torch.nn.functional as F
 from tutorial_utils.checkpointing.batchnorm import RunningStats, largest_difference, running_stats
 from tutorial_utils.checkpointing.strategy import NO_CHECKPOINTING, Strategy
 
+__all__ = ["batchnorm_updates"]
+
 ROUNDING = 1e-5  # running statistics closer than this to the plain step's differ by rounding only
 
 

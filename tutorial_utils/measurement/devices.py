@@ -13,6 +13,17 @@ import platform
 
 import torch
 
+__all__ = [
+    "default_device",
+    "describe_device",
+    "hardware_line",
+    "mps_available",
+    "mps_status",
+    "MPS_UNTESTED",
+    "resolve_device",
+    "synchronize",
+]
+
 # Apple's GPU code paths are tested with torch.mps's calls faked: no Mac has run them yet.
 MPS_UNTESTED = "never run on a Mac here"
 

@@ -25,6 +25,8 @@ from tutorial_utils.measurement.step import (
 )
 from tutorial_utils.measurement.torch_support import require_tested_torch
 
+__all__ = ["build_on_meta", "dry_run_step", "meta_copy", "model_for_sample", "ModuleT", "on_meta"]
+
 require_tested_torch()  # before any internal API below is reached
 
 ModuleT = TypeVar("ModuleT", bound=nn.Module)  # a copy is of the original's type

@@ -32,6 +32,8 @@ from torch.utils._pytree import tree_leaves
 
 from tutorial_utils.measurement.tracker import TensorMemoryTracker, _storage_of
 
+__all__ = ["BUFFER_CATEGORIES", "BufferCategory", "fake_ranks", "ShardedStepTracker"]
+
 BufferCategory = Literal["all_gather", "reduce_scatter", "buckets"]
 BUFFER_CATEGORIES: tuple[BufferCategory, ...] = get_args(BufferCategory)
 

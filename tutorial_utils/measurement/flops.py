@@ -20,6 +20,8 @@ from torch.utils.flop_counter import flop_registry
 
 from tutorial_utils.measurement.phases import PHASES, current_phase
 
+__all__ = ["FORMULAS", "StepFlopCounter", "StepFlops"]
+
 # Queries of a tensor's metadata, which FlopCounterMode also leaves to the next handler.
 _METADATA_OPS = frozenset(
     {

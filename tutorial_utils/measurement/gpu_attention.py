@@ -44,6 +44,22 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+__all__ = [
+    "active_rules",
+    "attention_on_meta",
+    "AttentionCall",
+    "choose_kernel",
+    "describe_kernels",
+    "device_rules",
+    "gpu_attention_rules",
+    "note_kernel",
+    "recording_kernels",
+    "runtime_cudnn_version",
+    "SdpaRules",
+    "TORCH_RULES_VERSION",
+    "WHEEL_CUDNN_VERSION",
+]
+
 KERNELS = ("flash", "efficient", "cudnn", "math")
 KERNEL_LABELS = {  # short: a table's column
     "flash": "flash",

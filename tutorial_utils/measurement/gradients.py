@@ -13,6 +13,15 @@ import torch.nn as nn
 
 from tutorial_utils.checkpointing.strategy import NO_CHECKPOINTING, Strategy
 
+__all__ = [
+    "compare_gradients",
+    "gradients_identical",
+    "gradients_match",
+    "max_difference",
+    "named_gradients",
+    "parameter_gradients",
+]
+
 RTOL, ATOL = 1e-4, 1e-5  # float32 sums reordered by recomputation stay well inside these
 
 

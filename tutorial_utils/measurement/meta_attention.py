@@ -35,6 +35,14 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from tutorial_utils.measurement import gpu_attention
 
+__all__ = [
+    "cpu_attention_backend",
+    "dry_run_context",
+    "DryRunCannotFollow",
+    "FLASH",
+    "unpacked_batches_on_meta",
+]
+
 FLASH = SDPBackend.FLASH_ATTENTION.value
 
 

@@ -26,6 +26,19 @@ import torch
 from tutorial_utils.measurement.devices import MPS_UNTESTED, mps_available
 from tutorial_utils.units import MiB
 
+__all__ = [
+    "cuda_memory_figures",
+    "cuda_unavailable_reason",
+    "CudaMemoryFigures",
+    "MPS_LABEL",
+    "mps_memory_figures",
+    "MpsMemoryFigures",
+    "nvml_driver_version",
+    "nvml_index",
+    "nvml_used_mib",
+    "NvmlReading",
+]
+
 MPS_LABEL = f"MPS readings after the step (torch.mps; {MPS_UNTESTED})"
 
 

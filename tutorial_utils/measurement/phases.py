@@ -18,6 +18,8 @@ from typing import Literal, get_args
 
 import torch
 
+__all__ = ["current_phase", "declared_phase", "DeclaredPhase", "Phase", "PHASES", "step_phase"]
+
 Phase = Literal["forward", "backward", "recompute", "optimizer"]
 DeclaredPhase = Literal["forward", "backward", "optimizer"]  # recompute is detected, not declared
 PHASES: tuple[Phase, ...] = get_args(Phase)

@@ -20,6 +20,14 @@ import torch.nn as nn
 from tutorial_utils.measurement.dry_run import on_meta
 from tutorial_utils.tools import SavedTensors
 
+__all__ = [
+    "ActivationAccount",
+    "ModuleActivations",
+    "OUTSIDE",
+    "saved_activations",
+    "saved_bytes_per_module",
+]
+
 OUTSIDE = "outside the given modules"
 
 

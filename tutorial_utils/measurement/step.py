@@ -51,6 +51,21 @@ from tutorial_utils.measurement.tracker import (
 )
 from tutorial_utils.units import MiB
 
+__all__ = [
+    "CudaReadings",
+    "default_optimizer",
+    "DeviceReadings",
+    "DRY_RUN_LABEL",
+    "measure_step",
+    "MpsReadings",
+    "next_token_loss",
+    "OptimizerFactory",
+    "prime_optimizer_state",
+    "StepReport",
+    "sweep_strategies",
+    "SweepRecord",
+]
+
 DRY_RUN_LABEL = "dry run (meta device): exact tensor bytes, no time"
 DeviceReadings = Literal["cuda", "mps"]  # the optional parts of a StepReport, in ``missing``
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]

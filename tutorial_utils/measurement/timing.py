@@ -19,6 +19,16 @@ from typing import TypeVar
 
 import torch
 
+__all__ = [
+    "Key",
+    "load_average_line",
+    "one_thread",
+    "time_interleaved",
+    "time_repeats",
+    "time_verdict",
+    "Timing",
+]
+
 Key = TypeVar("Key", bound=Hashable)  # what names the works timed in turns: a label, a count
 
 

@@ -12,6 +12,8 @@ import re
 
 import torch
 
+__all__ = ["require_tested_torch", "torch_release"]
+
 OLDEST_TESTED_TORCH = (2, 9)
 
 

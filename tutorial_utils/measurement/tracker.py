@@ -38,6 +38,15 @@ from tutorial_utils.measurement.allocator import AllocationEvent, AllocationLog
 from tutorial_utils.measurement.phases import Phase, current_phase
 from tutorial_utils.units import MiB
 
+__all__ = [
+    "CATEGORIES",
+    "Category",
+    "MemoryLimitExceeded",
+    "StorageKind",
+    "TensorMemoryTracker",
+    "TimelineEvent",
+]
+
 try:
     from torch.distributed.tensor import DTensor
 

@@ -24,6 +24,8 @@ from tutorial_utils.planning.profile import ModelProfile, profile_sequential
 from tutorial_utils.planning.roofline import Machine
 from tutorial_utils.units import MiB
 
+__all__ = ["measured_plan_peak", "plan_checkpoints", "plan_within"]
+
 MAX_REPLANS = 8  # each round tightens by the last miss; a handful always settles in practice
 
 

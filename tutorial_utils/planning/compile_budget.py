@@ -40,6 +40,14 @@ from tutorial_utils.measurement.timing import Timing, time_interleaved
 from tutorial_utils.tools import SavedTensors
 from tutorial_utils.units import MiB
 
+__all__ = [
+    "budget_sweep",
+    "BudgetPoint",
+    "compile_budget_strategy",
+    "CompileBudget",
+    "saved_bytes_of",
+]
+
 
 @dataclass(frozen=True)
 class BudgetPoint:

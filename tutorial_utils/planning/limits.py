@@ -42,6 +42,8 @@ from tutorial_utils.measurement.step import OptimizerFactory, measure_step
 from tutorial_utils.measurement.tracker import TensorMemoryTracker
 from tutorial_utils.units import MiB
 
+__all__ = ["ModuleBackward", "peak_floor", "PeakFloor"]
+
 
 @dataclass(frozen=True)
 class ModuleBackward:

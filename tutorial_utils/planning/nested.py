@@ -53,6 +53,20 @@ from tutorial_utils.planning.planner import Plan, plan_from_profile, recompute_l
 from tutorial_utils.planning.profile import ModelProfile
 from tutorial_utils.units import MiB
 
+__all__ = [
+    "Item",
+    "nested_from_profile",
+    "nested_plan",
+    "NestedComparison",
+    "NestedPlan",
+    "NestedProgram",
+    "one_level_against_nested",
+    "one_level_schedule",
+    "parameter_bytes",
+    "runs_per_module",
+    "simulate",
+]
+
 # An item of a schedule: ("plain", i) or ("child", start, end, inner schedule).
 Item = tuple
 MAX_SLOTS = 256  # memory resolution of the program: the budget cut into at most this many slots

@@ -37,6 +37,16 @@ from tutorial_utils.checkpointing.segments import segment_boundaries
 from tutorial_utils.planning.profile import LayerCost, ModelProfile
 from tutorial_utils.units import MiB
 
+__all__ = [
+    "evaluate_plan",
+    "iter_uniform_plans",
+    "Plan",
+    "plan_from_profile",
+    "recompute_label",
+    "Segment",
+    "uniform_boundaries",
+]
+
 # (start, end, checkpointed): modules ``start..end-1`` run as one segment.
 Segment = tuple[int, int, bool]
 

@@ -20,6 +20,8 @@ from tutorial_utils.measurement.flops import StepFlopCounter
 from tutorial_utils.planning.roofline import Machine, RooflineCounter
 from tutorial_utils.tools import SavedTensors
 
+__all__ = ["LayerCost", "ModelProfile", "profile_sequential"]
+
 
 @dataclass(frozen=True)
 class LayerCost:

@@ -27,6 +27,8 @@ from tutorial_utils.measurement.dry_run import on_meta
 from tutorial_utils.measurement.flops import FORMULAS, _formula_arguments
 from tutorial_utils.measurement.step import default_optimizer, prime_optimizer_state
 
+__all__ = ["Machine", "measure_machine", "roofline_ratios", "RooflineCounter"]
+
 
 @dataclass(frozen=True)
 class Machine:

@@ -38,6 +38,8 @@ from tutorial_utils.planning.planner import (
 from tutorial_utils.planning.profile import ModelProfile, profile_sequential
 from tutorial_utils.units import MiB, ratio
 
+__all__ = ["Family", "family", "measure_strategies", "strategy_menu", "StrategyRow"]
+
 # a family of the menu, as tables and plots group its strategies: one of
 # ``checkpointing.kinds.families()`` (a kind's own family, or the variant its row names: sqrt(n)
 # among uniform splits, nested among plans)

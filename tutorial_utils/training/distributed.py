@@ -25,6 +25,15 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+__all__ = [
+    "Backend",
+    "check_spawnable",
+    "DeviceType",
+    "DistributedRunError",
+    "launch",
+    "RankContext",
+]
+
 LOOPBACK = "127.0.0.1"
 POLL_INTERVAL_S = 0.05
 JOIN_TIMEOUT_S = 5.0

@@ -30,6 +30,16 @@ from tutorial_utils.measurement.nvml import nvml_used_mib
 from tutorial_utils.measurement.tracker import TensorMemoryTracker
 from tutorial_utils.units import MiB
 
+__all__ = [
+    "atomic_save",
+    "EpochRecord",
+    "EpochRow",
+    "History",
+    "resume",
+    "test_model",
+    "train_model",
+]
+
 
 @dataclass
 class EpochRecord:

@@ -28,6 +28,14 @@ from tutorial_utils.articles.data.folders import (
 from tutorial_utils.articles.data.generated import synthetic_cifar10
 from tutorial_utils.articles.profiles import Profile, get_profile
 
+__all__ = [
+    "cifar10_label_names",
+    "cifar_batches",
+    "CifarBatches",
+    "ensure_cifar10",
+    "load_cifar10",
+]
+
 
 def load_cifar10(
     root: str | Path | None = None, train: bool = True

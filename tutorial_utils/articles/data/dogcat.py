@@ -26,6 +26,19 @@ from tutorial_utils.articles.data.folders import (
 from tutorial_utils.articles.data.generated import synthetic_dogcat
 from tutorial_utils.articles.profiles import Profile, get_profile
 
+__all__ = [
+    "dogcat_datasets",
+    "dogcat_loaders",
+    "dogcat_missing_message",
+    "dogcat_train_transform",
+    "dogcat_val_transform",
+    "ensure_dogcat",
+    "image_is_readable",
+    "image_subset",
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+]
+
 IMAGENET_MEAN = [0.485, 0.456, 0.406]
 IMAGENET_STD = [0.229, 0.224, 0.225]
 

@@ -29,6 +29,15 @@ from tutorial_utils.articles.data.folders import (
 from tutorial_utils.articles.profiles import Profile, get_profile
 from tutorial_utils.network import reachable
 
+__all__ = [
+    "CIFAR_HOST",
+    "DOGCAT_REPO_URL",
+    "download_cifar10",
+    "download_dogcat",
+    "fetch_real_data",
+    "REAL_DATASETS",
+]
+
 DOGCAT_REPO_URL = "https://github.com/laxmimerit/dog-cat-full-dataset.git"
 GIT_CLONE_TIMEOUT_S = 1800
 CIFAR_HOST = "www.cs.toronto.edu"

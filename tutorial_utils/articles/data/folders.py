@@ -10,6 +10,27 @@ import json
 import os
 from pathlib import Path
 
+__all__ = [
+    "CIFAR_DIRNAME",
+    "CIFAR_FULL_SIZES",
+    "CIFAR_LABEL_NAMES",
+    "CIFAR_META_FILE",
+    "cifar_missing",
+    "CIFAR_TEST_FILE",
+    "CIFAR_TRAIN_FILES",
+    "DATA_DIR_ENV",
+    "data_root",
+    "default_dogcat_root",
+    "DOGCAT_CLASSES",
+    "DOGCAT_DIRNAME",
+    "has_imagefolder_splits",
+    "MANIFEST_NAME",
+    "read_manifest",
+    "real_cifar10_present",
+    "real_dogcat_present",
+    "synthetic_banner",
+]
+
 DATA_DIR_ENV = "TUTORIAL_DATA_DIR"
 MANIFEST_NAME = "synthetic-manifest.json"  # what a generated set carries, and a real one lacks
 

@@ -33,6 +33,13 @@ from tutorial_utils.articles.data.folders import (
 )
 from tutorial_utils.articles.profiles import Profile, get_profile
 
+__all__ = [
+    "make_synthetic_cifar10",
+    "make_synthetic_dogcat",
+    "synthetic_cifar10",
+    "synthetic_dogcat",
+]
+
 
 def build_once(target: Path, manifest: dict, write: Callable[[Path], None]) -> Path:
     """Reuse ``target`` if it holds exactly this generated set, else build it aside and move it in.
