@@ -19,8 +19,8 @@ from tutorial_utils.measurement.devices import (
     mps_status,
     synchronize,
 )
-from tutorial_utils.measurement.nvml import MPS_LABEL, mps_memory_figures
-from tutorial_utils.measurement.step import MpsReadings, measure_step
+from tutorial_utils.measurement.nvml import MPS_LABEL, MpsReadings, mps_readings
+from tutorial_utils.measurement.step import measure_step
 from tutorial_utils.units import MiB
 
 
@@ -84,14 +84,12 @@ def test_synchronize_waits_on_the_device_s_own_queue(monkeypatch) -> None:
 
 
 def test_mps_readings_come_from_torch_mps_and_only_on_mps(monkeypatch) -> None:
-    assert mps_memory_figures("cpu").allocated is None
-    assert "not Apple's GPU" in mps_memory_figures("cpu").reason
-    assert "is_available() is False" in mps_memory_figures("mps").reason  # no MPS here
+    assert "not Apple's GPU" in str(mps_readings("cpu"))
+    assert "is_available() is False" in str(mps_readings("mps"))  # no MPS here
     _fake_mac(monkeypatch)
     monkeypatch.setattr(torch.mps, "current_allocated_memory", lambda: 3 * MiB)
     monkeypatch.setattr(torch.mps, "driver_allocated_memory", lambda: 8 * MiB)
-    figures = mps_memory_figures(torch.device("mps"))
-    assert (figures.allocated, figures.driver_allocated, figures.reason) == (3 * MiB, 8 * MiB, None)
+    assert mps_readings(torch.device("mps")) == MpsReadings(3 * MiB, 8 * MiB)
 
 
 def test_mps_readings_are_labelled_and_shown_beside_the_tracked_peak() -> None:

@@ -13,7 +13,7 @@ from tutorial_utils.articles.models import NetA
 from tutorial_utils.checkpointing.strategy import equal_segments
 from tutorial_utils.measurement import nvml
 from tutorial_utils.measurement.batch_search import find_max_batch_size
-from tutorial_utils.measurement.nvml import cuda_memory_figures, nvml_used_mib
+from tutorial_utils.measurement.nvml import cuda_readings, nvml_used_mib
 from tutorial_utils.measurement.step import measure_step, sweep_strategies
 from tutorial_utils.measurement.tracker import CATEGORIES, MemoryLimitExceeded, TensorMemoryTracker
 
@@ -213,8 +213,8 @@ def test_cuda_mode_without_cuda_is_a_clear_error():
 def test_nvml_and_cuda_readers_give_none_and_a_reason():
     reading = nvml_used_mib()
     assert reading.used_mib is None and reading.reason
-    figures = cuda_memory_figures()
-    assert figures.peak_allocated is None and figures.reason
+    reason = cuda_readings(None, allocated_before_bytes=0)
+    assert isinstance(reason, str) and "CUDA" in reason
     report = measure_step(linear_chain(2), *chain_batch(batch=8))
     assert report.cuda is None and report.nvml.used_mib is None
     assert report.missing["cuda"] and report.nvml.reason

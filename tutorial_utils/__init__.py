@@ -39,9 +39,9 @@ if TYPE_CHECKING:  # what an IDE or a type checker sees; at run time the names l
     from tutorial_utils.measurement.dry_run import build_on_meta as build_on_meta
     from tutorial_utils.measurement.dry_run import dry_run_step as dry_run_step
     from tutorial_utils.measurement.dry_run import meta_copy as meta_copy
+    from tutorial_utils.measurement.nvml import CudaReadings as CudaReadings
+    from tutorial_utils.measurement.nvml import MpsReadings as MpsReadings
     from tutorial_utils.measurement.nvml import NvmlReading as NvmlReading
-    from tutorial_utils.measurement.step import CudaReadings as CudaReadings
-    from tutorial_utils.measurement.step import MpsReadings as MpsReadings
     from tutorial_utils.measurement.step import OptimizerFactory as OptimizerFactory
     from tutorial_utils.measurement.step import StepReport as StepReport
     from tutorial_utils.measurement.step import SweepRecord as SweepRecord
@@ -74,9 +74,9 @@ _PUBLIC = {
     # measurement
     "TensorMemoryTracker": "tutorial_utils.measurement.tracker",
     "StepReport": "tutorial_utils.measurement.step",
-    "CudaReadings": "tutorial_utils.measurement.step",
+    "CudaReadings": "tutorial_utils.measurement.nvml",
     "NvmlReading": "tutorial_utils.measurement.nvml",
-    "MpsReadings": "tutorial_utils.measurement.step",
+    "MpsReadings": "tutorial_utils.measurement.nvml",
     "OptimizerFactory": "tutorial_utils.measurement.step",
     "default_optimizer": "tutorial_utils.measurement.step",
     "measure_step": "tutorial_utils.measurement.step",

@@ -19,6 +19,7 @@ and labelled as MPS readings: ``torch.mps.current_allocated_memory`` (bytes in l
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import torch
@@ -27,12 +28,12 @@ from tutorial_utils.measurement.devices import MPS_UNTESTED, mps_available
 from tutorial_utils.units import MiB
 
 __all__ = [
-    "cuda_memory_figures",
+    "cuda_readings",
     "cuda_unavailable_reason",
-    "CudaMemoryFigures",
+    "CudaReadings",
     "MPS_LABEL",
-    "mps_memory_figures",
-    "MpsMemoryFigures",
+    "mps_readings",
+    "MpsReadings",
     "nvml_driver_version",
     "nvml_index",
     "nvml_used_mib",
@@ -49,22 +50,29 @@ class NvmlReading(NamedTuple):
     reason: str | None = None
 
 
-class CudaMemoryFigures(NamedTuple):
-    """The CUDA caching allocator's counters in bytes, or None and why."""
+@dataclass(frozen=True)
+class CudaReadings:
+    """The CUDA caching allocator's counters around a tracked step (bytes)."""
 
-    allocated: int | None
-    reserved: int | None
-    peak_allocated: int | None
-    peak_reserved: int | None
-    reason: str | None = None
+    peak_allocated_bytes: int  # torch.cuda.max_memory_allocated over the step
+    peak_reserved_bytes: int  # torch.cuda.max_memory_reserved over the step
+    allocated_before_bytes: int  # torch.cuda.memory_allocated before the step
 
 
-class MpsMemoryFigures(NamedTuple):
-    """Apple's GPU memory in bytes after a step (``MPS_LABEL``), or None and why."""
+@dataclass(frozen=True)
+class MpsReadings:
+    """Apple's GPU after a step (torch.mps keeps no peaks), in bytes."""
 
-    allocated: int | None  # torch.mps.current_allocated_memory(): live tensors
-    driver_allocated: int | None  # torch.mps.driver_allocated_memory(): what Metal holds
-    reason: str | None = None
+    allocated_bytes: int  # torch.mps.current_allocated_memory(): live tensors
+    driver_allocated_bytes: int  # torch.mps.driver_allocated_memory(): what Metal holds
+
+    def describe(self, tracked_peak_bytes: int) -> str:
+        """The two readings, labelled as MPS readings, beside the tracked peak."""
+        return (
+            f"{MPS_LABEL}: {self.allocated_bytes / MiB:,.1f} MiB in tensors, "
+            f"{self.driver_allocated_bytes / MiB:,.1f} MiB held by the Metal driver "
+            f"(tracked peak {tracked_peak_bytes / MiB:,.1f} MiB)"
+        )
 
 
 @functools.lru_cache(maxsize=1)
@@ -127,18 +135,20 @@ def cuda_unavailable_reason() -> str | None:
     return f"no CUDA device visible (torch {torch.__version__} built for CUDA {torch.version.cuda})"
 
 
-def cuda_memory_figures(device: torch.device | str | int | None = None) -> CudaMemoryFigures:
-    """Allocated/reserved bytes now and at their peaks since the last reset; None off CUDA."""
+def cuda_readings(
+    device: torch.device | str | int | None, allocated_before_bytes: int
+) -> CudaReadings | str:
+    """The allocator's peaks since the last reset, with what was allocated before the step; off
+    CUDA, the one-line reason there are none."""
     reason = cuda_unavailable_reason()
     if reason is None and device is not None and torch.device(device).type != "cuda":
         reason = f"device {device} is not a CUDA device"
     if reason is not None:
-        return CudaMemoryFigures(None, None, None, None, reason)
-    return CudaMemoryFigures(
-        allocated=torch.cuda.memory_allocated(device),
-        reserved=torch.cuda.memory_reserved(device),
-        peak_allocated=torch.cuda.max_memory_allocated(device),
-        peak_reserved=torch.cuda.max_memory_reserved(device),
+        return reason
+    return CudaReadings(
+        peak_allocated_bytes=torch.cuda.max_memory_allocated(device),
+        peak_reserved_bytes=torch.cuda.max_memory_reserved(device),
+        allocated_before_bytes=allocated_before_bytes,
     )
 
 
@@ -151,13 +161,14 @@ def nvml_index(device: torch.device | str | int | None) -> int:
     return torch.cuda.current_device() if torch.cuda.is_available() else 0
 
 
-def mps_memory_figures(device: torch.device | str | None) -> MpsMemoryFigures:
-    """The two readings torch.mps gives (no peaks exist there); None off Apple's GPU."""
+def mps_readings(device: torch.device | str | None) -> MpsReadings | str:
+    """The two readings torch.mps gives (no peaks exist there); off Apple's GPU, the one-line
+    reason there are none."""
     if device is None or torch.device(device).type != "mps":
-        return MpsMemoryFigures(None, None, f"device {device} is not Apple's GPU (mps)")
+        return f"device {device} is not Apple's GPU (mps)"
     if not mps_available():
-        return MpsMemoryFigures(None, None, "torch.backends.mps.is_available() is False")
-    return MpsMemoryFigures(
-        allocated=torch.mps.current_allocated_memory(),
-        driver_allocated=torch.mps.driver_allocated_memory(),
+        return "torch.backends.mps.is_available() is False"
+    return MpsReadings(
+        allocated_bytes=torch.mps.current_allocated_memory(),
+        driver_allocated_bytes=torch.mps.driver_allocated_memory(),
     )

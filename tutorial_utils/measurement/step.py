@@ -35,10 +35,11 @@ from tutorial_utils.measurement.devices import synchronize
 from tutorial_utils.measurement.flops import StepFlopCounter, StepFlops
 from tutorial_utils.measurement.meta_attention import dry_run_context
 from tutorial_utils.measurement.nvml import (
-    MPS_LABEL,
+    CudaReadings,
+    MpsReadings,
     NvmlReading,
-    cuda_memory_figures,
-    mps_memory_figures,
+    cuda_readings,
+    mps_readings,
     nvml_index,
     nvml_used_mib,
 )
@@ -52,12 +53,10 @@ from tutorial_utils.measurement.tracker import (
 from tutorial_utils.units import MiB
 
 __all__ = [
-    "CudaReadings",
     "default_optimizer",
     "DeviceReadings",
     "DRY_RUN_LABEL",
     "measure_step",
-    "MpsReadings",
     "next_token_loss",
     "OptimizerFactory",
     "prime_optimizer_state",
@@ -69,31 +68,6 @@ __all__ = [
 DRY_RUN_LABEL = "dry run (meta device): exact tensor bytes, no time"
 DeviceReadings = Literal["cuda", "mps"]  # the optional parts of a StepReport, in ``missing``
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
-
-
-@dataclass(frozen=True)
-class CudaReadings:
-    """The CUDA caching allocator's counters around the tracked step (bytes)."""
-
-    peak_allocated_bytes: int  # torch.cuda.max_memory_allocated over the step
-    peak_reserved_bytes: int  # torch.cuda.max_memory_reserved over the step
-    allocated_before_bytes: int  # torch.cuda.memory_allocated before the step
-
-
-@dataclass(frozen=True)
-class MpsReadings:
-    """Apple's GPU after the step (torch.mps keeps no peaks), in bytes."""
-
-    allocated_bytes: int  # torch.mps.current_allocated_memory(): live tensors
-    driver_allocated_bytes: int  # torch.mps.driver_allocated_memory(): what Metal holds
-
-    def describe(self, tracked_peak_bytes: int) -> str:
-        """The two readings, labelled as MPS readings, beside the tracked peak."""
-        return (
-            f"{MPS_LABEL}: {self.allocated_bytes / MiB:,.1f} MiB in tensors, "
-            f"{self.driver_allocated_bytes / MiB:,.1f} MiB held by the Metal driver "
-            f"(tracked peak {tracked_peak_bytes / MiB:,.1f} MiB)"
-        )
 
 
 @dataclass
@@ -304,25 +278,26 @@ def _device_readings(
 ) -> tuple[CudaReadings | None, NvmlReading, MpsReadings | None, dict[DeviceReadings, str]]:
     """What the device itself says after the step: CUDA's peaks, NVML, torch.mps; None elsewhere,
     and why, by part."""
-    figures, mps = cuda_memory_figures(device), mps_memory_figures(device)
+    cuda = cuda_readings(device, allocated_before or 0)
+    mps = mps_readings(device)
     missing: dict[DeviceReadings, str] = {}
-    if figures.reason is not None:
-        missing["cuda"] = figures.reason
-    if mps.reason is not None:
-        missing["mps"] = mps.reason
-    cuda = None
-    if figures.peak_allocated is not None and figures.peak_reserved is not None:
+    if isinstance(cuda, str):
+        missing["cuda"] = cuda
+    else:
         assert allocated_before is not None, "the peaks were reset on this CUDA device"
-        cuda = CudaReadings(figures.peak_allocated, figures.peak_reserved, allocated_before)
+    if isinstance(mps, str):
+        missing["mps"] = mps
     nvml = (
         nvml_used_mib(nvml_index(device))
         if device.type == "cuda"
         else NvmlReading(None, f"device {device} is not a CUDA device")
     )
-    readings = None
-    if mps.allocated is not None and mps.driver_allocated is not None:
-        readings = MpsReadings(mps.allocated, mps.driver_allocated)
-    return cuda, nvml, readings, missing
+    return (
+        None if isinstance(cuda, str) else cuda,
+        nvml,
+        None if isinstance(mps, str) else mps,
+        missing,
+    )
 
 
 def measure_step(
