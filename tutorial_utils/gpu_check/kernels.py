@@ -7,7 +7,6 @@ those the real call keeps (unique storages, counted by ``tools.SavedTensors``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TypedDict
 
 import torch
@@ -30,14 +29,13 @@ from tutorial_utils.measurement.gpu_attention import (
     gpu_attention_rules,
 )
 from tutorial_utils.measurement.meta_attention import dry_run_context
-from tutorial_utils.tools import SavedTensors
+from tutorial_utils.tools import saved_bytes
 
 __all__ = [
     "compare_call",
     "KERNEL_COLUMNS",
     "kernel_failures",
     "KernelRow",
-    "saved_bytes",
     "SECTION",
 ]
 
@@ -74,11 +72,7 @@ class KernelRow(TypedDict):
     saved_error: float | None
 
 
-def saved_bytes(attention: Callable[..., torch.Tensor], *args, **kwargs) -> int:
-    """Bytes of the distinct storages autograd keeps for backward of ``attention(...)``."""
-    with SavedTensors() as saved:
-        attention(*args, **kwargs)
-    return saved.total_bytes
+NO_PARAMETERS = torch.nn.Module()  # attention alone: nothing to leave out of the count
 
 
 def compare_call(
@@ -90,11 +84,16 @@ def compare_call(
     mask = torch.zeros(seq, seq, device=device, dtype=dtype) if masked else None
     causal = not masked
     choice = int(torch.ops.aten._fused_sdp_choice(q, k, v, mask, 0.0, causal))
-    real = saved_bytes(F.scaled_dot_product_attention, q, k, v, mask, is_causal=causal)
+    real = saved_bytes(
+        NO_PARAMETERS, lambda: F.scaled_dot_product_attention(q, k, v, mask, is_causal=causal)
+    )
     meta = [t.detach().to("meta").requires_grad_() for t in (q, k, v)]
     meta_mask = None if mask is None else mask.to("meta")
     with dry_run_context(), gpu_attention_rules(rules):
-        dry = saved_bytes(F.scaled_dot_product_attention, *meta, meta_mask, is_causal=causal)
+        dry = saved_bytes(
+            NO_PARAMETERS,
+            lambda: F.scaled_dot_product_attention(*meta, meta_mask, is_causal=causal),
+        )
     return {
         "dtype": str(dtype).removeprefix("torch."),
         "head_dim": shape[-1],
