@@ -5,7 +5,9 @@ package top exports exactly the list that docs/ARCHITECTURE.md documents. Read f
 from __future__ import annotations
 
 import ast
+import io
 import re
+import tokenize
 from pathlib import Path
 
 import tutorial_utils
@@ -77,3 +79,39 @@ def test_the_top_level_api_is_the_documented_list():
         f"exported, not documented: {sorted(exported - documented)}; "
         f"documented, not exported: {sorted(documented - exported)}"
     )
+
+
+# files another helper of this turn changes (issue 45's GPU-facts owner); the lead empties this
+PENDING_MIB_IN_OTHER_BRANCHES = {
+    "tutorial_utils/estimate/",
+    "tutorial_utils/measurement/allocator.py",
+}
+
+
+def _bare_mebibytes(path: Path) -> list[int]:
+    """Lines of code (not comments or strings) that spell 2**20 instead of ``units.MiB``."""
+    tokens = [
+        token
+        for token in tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
+        if token.type in (tokenize.NUMBER, tokenize.OP)
+    ]
+    return [
+        first.start[0]
+        for first, power, exponent in zip(tokens, tokens[1:], tokens[2:], strict=False)
+        if (first.string, power.string, exponent.string) == ("2", "**", "20")
+    ]
+
+
+def test_code_spells_a_mebibyte_as_units_mib():
+    """``tools.MiB`` stays: tools.py stands alone; everything else says ``units.MiB``."""
+    alone = {PACKAGE / "units.py", PACKAGE / "tools.py"}
+    found = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in [*_modules(), *(ROOT / "scripts").glob("*.py")]
+        if path not in alone
+        and not any(
+            path.relative_to(ROOT).as_posix().startswith(p) for p in PENDING_MIB_IN_OTHER_BRANCHES
+        )
+        for line in _bare_mebibytes(path)
+    ]
+    assert not found, f"2**20 instead of units.MiB at {found}"

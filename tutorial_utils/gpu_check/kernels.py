@@ -30,6 +30,7 @@ from tutorial_utils.measurement.gpu_attention import (
 )
 from tutorial_utils.measurement.meta_attention import dry_run_context
 from tutorial_utils.tools import saved_bytes
+from tutorial_utils.units import MiB
 
 __all__ = [
     "compare_call",
@@ -100,8 +101,8 @@ def compare_call(
         "mask": "additive" if masked else "causal flag",
         "rules": choose_kernel(rules, AttentionCall.of(q, k, v, mask, 0.0, causal)),
         "torch": TORCH_BACKENDS.get(choice, f"backend {choice}"),
-        "dry_run_mib": dry / 2**20,
-        "real_mib": real / 2**20,
+        "dry_run_mib": dry / MiB,
+        "real_mib": real / MiB,
         "saved_error": relative_error(dry, real),
     }
 

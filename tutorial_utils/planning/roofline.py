@@ -26,6 +26,7 @@ from tutorial_utils.checkpointing.strategy import Strategy
 from tutorial_utils.measurement.dry_run import on_meta
 from tutorial_utils.measurement.flops import FORMULAS, _formula_arguments
 from tutorial_utils.measurement.step import default_optimizer, prime_optimizer_state
+from tutorial_utils.units import MiB
 
 __all__ = ["Machine", "measure_machine", "roofline_ratios", "RooflineCounter"]
 
@@ -60,7 +61,7 @@ def measure_machine(side: int = 1024, copy_mib: int = 64, repeats: int = 5) -> M
     ``copy_mib`` MiB, best of ``repeats`` each, on this machine's CPU (well under a second)."""
     a, b = torch.randn(side, side), torch.randn(side, side)
     matmul = _best_of(lambda: a @ b, repeats)
-    source = torch.empty(copy_mib * 2**20 // 4)
+    source = torch.empty(copy_mib * MiB // 4)
     target = torch.empty_like(source)
     copy = _best_of(lambda: target.copy_(source), repeats)
     return Machine(
