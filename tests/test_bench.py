@@ -12,16 +12,17 @@ import torch
 
 from tutorial_utils import bench
 from tutorial_utils.articles.models import NetA
-from tutorial_utils.bench import (
+from tutorial_utils.bench.dry_runs import DRY_RUN_COLUMNS
+from tutorial_utils.bench.rows import (
     ARTICLE_CARD_BYTES,
-    DRY_RUN_COLUMNS,
     NETA_CHECKPOINTED,
     VGG16_ARTICLE,
     VGG16_FLAT,
     add_ratios,
 )
+from tutorial_utils.bench.timed import dry_run_gflop
 from tutorial_utils.display.tables import columns_table
-from tutorial_utils.measurement.step import DRY_RUN_LABEL, measure_step
+from tutorial_utils.measurement.step import DRY_RUN_LABEL, Recording, measure_step
 from tutorial_utils.units import MiB
 
 
@@ -170,9 +171,11 @@ def test_flops_from_a_dry_run_equal_the_real_steps():
     torch.manual_seed(0)
     model = NetA(use_checkpoint=True)
     inputs, targets = torch.randn(2, 3, 32, 32), torch.randint(0, 10, (2,))
-    real = measure_step(model, inputs, targets, time_step=False, count_flops=True)
+    real = measure_step(
+        model, inputs, targets, time_step=False, recording=Recording(count_flops=True)
+    )
     assert real.flops.recompute > 0
-    assert bench._dry_run_gflop(model, inputs.shape) == real.flops.total / 1e9
+    assert dry_run_gflop(model, inputs.shape) == real.flops.total / 1e9
 
 
 def test_estimate_bench_times_the_table_and_the_search(capsys):

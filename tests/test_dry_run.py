@@ -29,6 +29,7 @@ from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step, meta
 from tutorial_utils.measurement.flops import StepFlopCounter
 from tutorial_utils.measurement.step import (
     DRY_RUN_LABEL,
+    Recording,
     default_optimizer,
     measure_step,
     prime_optimizer_state,
@@ -204,7 +205,10 @@ def test_rounding_to_cuda_blocks_never_lowers_and_rounds_every_storage():
     model = build_on_meta(lambda: NetA())
     exact = dry_run_step(model, (3, 3, 17, 17), optimizer_factory=adam_optimizer)
     blocks = dry_run_step(
-        model, (3, 3, 17, 17), optimizer_factory=adam_optimizer, round_to_blocks=True
+        model,
+        (3, 3, 17, 17),
+        optimizer_factory=adam_optimizer,
+        recording=Recording(round_to_blocks=True),
     )
     assert blocks.peak_bytes > exact.peak_bytes
     assert blocks.peak_bytes % 512 == 0 and blocks.rounded_to_blocks
@@ -229,7 +233,7 @@ def test_sweep_and_batch_search_run_as_dry_runs():
 def test_timeline_categories_add_up_and_phases_come_in_order():
     model = build_on_meta(lambda: NetA(use_checkpoint=True))
     report = dry_run_step(
-        model, (8, 3, 64, 64), optimizer_factory=adam_optimizer, record_timeline=True
+        model, (8, 3, 64, 64), optimizer_factory=adam_optimizer, recording=Recording(timeline=True)
     )
     assert len(report.timeline) == len(report.category_timeline) > 0
     for event, categories in zip(report.timeline, report.category_timeline, strict=True):

@@ -75,7 +75,7 @@ from tutorial_utils.gpu_check.runner import Budget, Section, exit_status, run_se
 from tutorial_utils.measurement.batch_search import BatchTrial, MaxBatchResult
 from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step
 from tutorial_utils.measurement.gradients import compare_gradients
-from tutorial_utils.measurement.step import default_optimizer
+from tutorial_utils.measurement.step import Recording, default_optimizer
 from tutorial_utils.units import MiB
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -471,7 +471,7 @@ def test_the_search_size_makes_the_doubling_phase_overflow_the_card():
         build_on_meta(_neta_plain),
         (64, *SEARCH_SAMPLE),
         optimizer_factory=adam_optimizer,
-        round_to_blocks=True,
+        recording=Recording(round_to_blocks=True),
     ).peak_bytes
     assert peak > SEARCH_BUDGET_BYTES
 

@@ -31,7 +31,7 @@ from tutorial_utils.planning.planner import (
 )
 from tutorial_utils.planning.profile import profile_sequential
 from tutorial_utils.planning.strategies import measure_strategies, strategy_menu
-from tutorial_utils.training.loop import train_model
+from tutorial_utils.training.loop import TrainingOptions, train_model
 from tutorial_utils.units import MiB
 
 aten = torch.ops.aten
@@ -201,9 +201,7 @@ def test_train_model_accepts_a_plan(chain):
         epochs=1,
         strategy=scheduled(plan),
         device="cpu",
-        progress=False,
-        evaluate_train=False,
-        log=None,
+        options=TrainingOptions(progress=False, evaluate_train=False, log=None),
     )
     assert len(history.records) == 1 and "ckpt" in history.label
 

@@ -15,7 +15,7 @@ from tutorial_utils.display.plotting import (
     plot_histories,
     plot_segment_sweep,
 )
-from tutorial_utils.measurement.step import measure_step, sweep_strategies
+from tutorial_utils.measurement.step import Recording, measure_step, sweep_strategies
 from tutorial_utils.training.loop import EpochRecord, History
 
 matplotlib.use("Agg")
@@ -96,7 +96,7 @@ def test_step_timelines_stack_categories_and_mark_phases():
     inputs, targets = batch()
     reports = {
         f"segments={s}": measure_step(
-            model, inputs, targets, equal_segments(s), record_timeline=True
+            model, inputs, targets, equal_segments(s), recording=Recording(timeline=True)
         )
         for s in (0, 4)
     }
@@ -108,7 +108,7 @@ def test_step_timelines_stack_categories_and_mark_phases():
     legend = [t.get_text() for t in figure.legends[0].get_texts()]
     assert "phase: recompute" in legend and "optimizer state" in legend
     figure.canvas.draw()
-    with pytest.raises(ValueError, match="record_timeline=True"):
+    with pytest.raises(ValueError, match=r"recording=Recording\(timeline=True\)"):
         plot_step_timelines({"plain": measure_step(model, inputs, targets)})
     with pytest.raises(ValueError, match="empty"):
         plot_step_timelines({})

@@ -46,10 +46,12 @@ def run(model, epochs, checkpoint_dir=None, strategy=None, lines=None, **kwargs)
         val,
         epochs=epochs,
         strategy=strategy,
-        checkpoint_dir=checkpoint_dir,
-        progress=False,
-        log=(lines.append if lines is not None else None),
-        **kwargs,
+        options=loop.TrainingOptions(
+            checkpoint_dir=checkpoint_dir,
+            progress=False,
+            log=(lines.append if lines is not None else None),
+            **kwargs,
+        ),
     )
 
 
@@ -142,7 +144,7 @@ def test_segments_on_a_model_that_checkpoints_itself_is_a_clear_error():
             val,
             1,
             strategy=equal_segments(2),
-            progress=False,
+            options=loop.TrainingOptions(progress=False),
         )
 
 

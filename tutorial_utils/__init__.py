@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # what an IDE or a type checker sees; at run time the names l
     from tutorial_utils.measurement.nvml import MpsReadings as MpsReadings
     from tutorial_utils.measurement.nvml import NvmlReading as NvmlReading
     from tutorial_utils.measurement.step import OptimizerFactory as OptimizerFactory
+    from tutorial_utils.measurement.step import Recording as Recording
     from tutorial_utils.measurement.step import StepReport as StepReport
     from tutorial_utils.measurement.step import SweepRecord as SweepRecord
     from tutorial_utils.measurement.step import default_optimizer as default_optimizer
@@ -56,6 +57,7 @@ if TYPE_CHECKING:  # what an IDE or a type checker sees; at run time the names l
     from tutorial_utils.planning.planner import Plan as Plan
     from tutorial_utils.training.loop import EpochRow as EpochRow
     from tutorial_utils.training.loop import History as History
+    from tutorial_utils.training.loop import TrainingOptions as TrainingOptions
     from tutorial_utils.training.loop import train_model as train_model
 
 _PUBLIC = {
@@ -78,6 +80,7 @@ _PUBLIC = {
     "NvmlReading": "tutorial_utils.measurement.nvml",
     "MpsReadings": "tutorial_utils.measurement.nvml",
     "OptimizerFactory": "tutorial_utils.measurement.step",
+    "Recording": "tutorial_utils.measurement.step",
     "default_optimizer": "tutorial_utils.measurement.step",
     "measure_step": "tutorial_utils.measurement.step",
     "sweep_strategies": "tutorial_utils.measurement.step",
@@ -97,6 +100,7 @@ _PUBLIC = {
     # training
     "train_model": "tutorial_utils.training.loop",
     "History": "tutorial_utils.training.loop",
+    "TrainingOptions": "tutorial_utils.training.loop",
     "EpochRow": "tutorial_utils.training.loop",
 }
 

@@ -282,7 +282,7 @@ def run_train(args: argparse.Namespace) -> int:
     from tutorial_utils.articles.experiments import BUILDERS
     from tutorial_utils.checkpointing.strategy import parse_strategy
     from tutorial_utils.measurement.devices import describe_device
-    from tutorial_utils.training.loop import train_model
+    from tutorial_utils.training.loop import TrainingOptions, train_model
 
     profile = get_profile()
     experiment = BUILDERS[args.experiment](
@@ -299,11 +299,13 @@ def run_train(args: argparse.Namespace) -> int:
         experiment.val_loader,
         epochs=args.epochs or profile.epochs,
         strategy=experiment.strategy,
-        checkpoint_dir=args.checkpoint_dir,
-        keep_every_epoch=args.keep_every_epoch,
-        progress=not args.no_progress,
-        track_memory=True,
-        label=f"{experiment.name} {args.strategy}",
+        options=TrainingOptions(
+            checkpoint_dir=args.checkpoint_dir,
+            keep_every_epoch=args.keep_every_epoch,
+            progress=not args.no_progress,
+            track_memory=True,
+            label=f"{experiment.name} {args.strategy}",
+        ),
     )
     summary = {
         "experiment": experiment.name,

@@ -266,17 +266,19 @@ def plot_step_timelines(reports: Mapping[str, Any], *, subtitle: str | None = No
     """Live memory of one training step, op by op, stacked by category, one panel per report.
 
     What PyTorch's CUDA memory snapshot viewer draws, from the tracker: each report must come from
-    ``measure_step(..., record_timeline=True)`` (or ``dry_run_step``). A strip under each panel
+    ``measure_step(..., recording=Recording(timeline=True))`` (or ``dry_run_step``). A strip under each panel
     marks the phase of every op (forward, backward, recompute, optimizer); panels share the
     memory axis so their peaks compare at a glance.
     """
     if not reports:
         raise ValueError(
-            "reports is empty: pass {'label': dry_run_step(..., record_timeline=True)}"
+            "reports is empty: pass {'label': dry_run_step(..., recording=Recording(timeline=True))}"
         )
     missing = [label for label, r in reports.items() if not getattr(r, "category_timeline", None)]
     if missing:
-        raise ValueError(f"no timeline in {missing}: measure with record_timeline=True")
+        raise ValueError(
+            f"no timeline in {missing}: measure with recording=Recording(timeline=True)"
+        )
     fig, axes = plt.subplots(
         2,
         len(reports),

@@ -37,7 +37,7 @@ from tutorial_utils.estimate.models import (
 )
 from tutorial_utils.measurement.allocator import AllocationLog, AllocatorPrediction, replay
 from tutorial_utils.measurement.autocast import POLICIES, EmulatedAutocast
-from tutorial_utils.measurement.step import StepReport, measure_step, next_token_loss
+from tutorial_utils.measurement.step import Recording, StepReport, measure_step, next_token_loss
 from tutorial_utils.measurement.tracker import MemoryLimitExceeded
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -238,9 +238,11 @@ def train_step(
         time_step=False,
         limit_bytes=limit_bytes,
         autocast=autocast,
-        round_to_blocks=round_to_blocks,
-        record_timeline=record_timeline,
-        record_allocations=record_allocations,
+        recording=Recording(
+            timeline=record_timeline,
+            allocations=record_allocations,
+            round_to_blocks=round_to_blocks,
+        ),
     )
 
 

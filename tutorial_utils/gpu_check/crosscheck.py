@@ -26,6 +26,7 @@ from tutorial_utils.gpu_check.runner import Budget, Section, free_cuda_memory
 from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step
 from tutorial_utils.measurement.step import (
     OptimizerFactory,
+    Recording,
     StepReport,
     default_optimizer,
     measure_step,
@@ -113,7 +114,7 @@ def dry_run_row(step: CrossCheckStep) -> DryRunRow:
         step.input_shape,
         step.strategy,
         optimizer_factory=step.optimizer_factory,
-        round_to_blocks=True,
+        recording=Recording(round_to_blocks=True),
     )
     return {
         "step": step.name,

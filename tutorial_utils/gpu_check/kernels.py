@@ -88,12 +88,12 @@ def compare_call(
     real = saved_bytes(
         NO_PARAMETERS, lambda: F.scaled_dot_product_attention(q, k, v, mask, is_causal=causal)
     )
-    meta = [t.detach().to("meta").requires_grad_() for t in (q, k, v)]
+    mq, mk, mv = (t.detach().to("meta").requires_grad_() for t in (q, k, v))
     meta_mask = None if mask is None else mask.to("meta")
     with dry_run_context(), gpu_attention_rules(rules):
         dry = saved_bytes(
             NO_PARAMETERS,
-            lambda: F.scaled_dot_product_attention(*meta, meta_mask, is_causal=causal),
+            lambda: F.scaled_dot_product_attention(mq, mk, mv, meta_mask, is_causal=causal),
         )
     return {
         "dtype": str(dtype).removeprefix("torch."),

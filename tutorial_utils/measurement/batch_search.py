@@ -20,7 +20,7 @@ from tutorial_utils.measurement.autocast import EmulatedAutocast
 from tutorial_utils.measurement.devices import default_device
 from tutorial_utils.measurement.dry_run import build_on_meta
 from tutorial_utils.measurement.nvml import cuda_unavailable_reason
-from tutorial_utils.measurement.step import OptimizerFactory, measure_step
+from tutorial_utils.measurement.step import OptimizerFactory, Recording, measure_step
 from tutorial_utils.measurement.tracker import MemoryLimitExceeded
 from tutorial_utils.units import MiB
 
@@ -193,8 +193,8 @@ def find_max_batch_size(
             device=device,
             time_step=False,
             limit_bytes=budget_bytes if mode == "tracked" else None,
-            round_to_blocks=round_to_blocks,
             autocast=autocast,
+            recording=Recording(round_to_blocks=round_to_blocks),
         )
         if mode == "cuda":
             return None if report.cuda is None else report.cuda.peak_allocated_bytes

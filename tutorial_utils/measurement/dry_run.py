@@ -19,6 +19,7 @@ from tutorial_utils.checkpointing.strategy import Strategy
 from tutorial_utils.measurement.autocast import EmulatedAutocast
 from tutorial_utils.measurement.step import (
     OptimizerFactory,
+    Recording,
     StepReport,
     measure_step,
     next_token_loss,
@@ -86,10 +87,9 @@ def dry_run_step(
     *,
     optimizer_factory: OptimizerFactory | None = None,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
-    round_to_blocks: bool = False,
-    record_timeline: bool = False,
     token_ids: bool = False,
     autocast: EmulatedAutocast | None = None,
+    recording: Recording = Recording(),
 ) -> StepReport:
     """One training step of ``model`` on a batch of ``input_shape``, as a dry run.
 
@@ -128,7 +128,6 @@ def dry_run_step(
         optimizer_factory=optimizer_factory,
         loss_fn=loss_fn,
         device="meta",
-        round_to_blocks=round_to_blocks,
-        record_timeline=record_timeline,
         autocast=autocast,
+        recording=recording,
     )

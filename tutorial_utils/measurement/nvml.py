@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import torch
 
@@ -28,6 +28,8 @@ from tutorial_utils.measurement.devices import MPS_UNTESTED, mps_available
 from tutorial_utils.units import MiB
 
 __all__ = [
+    "device_readings",
+    "DeviceReadings",
     "cuda_readings",
     "cuda_unavailable_reason",
     "CudaReadings",
@@ -40,6 +42,7 @@ __all__ = [
     "NvmlReading",
 ]
 
+DeviceReadings = Literal["cuda", "mps"]  # the optional parts of a StepReport, in ``missing``
 MPS_LABEL = f"MPS readings after the step (torch.mps; {MPS_UNTESTED})"
 
 
@@ -171,4 +174,31 @@ def mps_readings(device: torch.device | str | None) -> MpsReadings | str:
     return MpsReadings(
         allocated_bytes=torch.mps.current_allocated_memory(),
         driver_allocated_bytes=torch.mps.driver_allocated_memory(),
+    )
+
+
+def device_readings(
+    device: torch.device, allocated_before: int | None
+) -> tuple[CudaReadings | None, NvmlReading, MpsReadings | None, dict[DeviceReadings, str]]:
+    """What the device itself says after a step: CUDA's peaks, NVML, torch.mps; None elsewhere,
+    and why, by part (a ``StepReport``'s ``cuda``, ``nvml``, ``mps`` and ``missing``)."""
+    cuda = cuda_readings(device, allocated_before or 0)
+    mps = mps_readings(device)
+    missing: dict[DeviceReadings, str] = {}
+    if isinstance(cuda, str):
+        missing["cuda"] = cuda
+    else:
+        assert allocated_before is not None, "the peaks were reset on this CUDA device"
+    if isinstance(mps, str):
+        missing["mps"] = mps
+    nvml = (
+        nvml_used_mib(nvml_index(device))
+        if device.type == "cuda"
+        else NvmlReading(None, f"device {device} is not a CUDA device")
+    )
+    return (
+        None if isinstance(cuda, str) else cuda,
+        nvml,
+        None if isinstance(mps, str) else mps,
+        missing,
     )

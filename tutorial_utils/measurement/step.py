@@ -17,7 +17,7 @@ import contextlib
 import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -36,12 +36,10 @@ from tutorial_utils.measurement.flops import StepFlopCounter, StepFlops
 from tutorial_utils.measurement.meta_attention import dry_run_context
 from tutorial_utils.measurement.nvml import (
     CudaReadings,
+    DeviceReadings,
     MpsReadings,
     NvmlReading,
-    cuda_readings,
-    mps_readings,
-    nvml_index,
-    nvml_used_mib,
+    device_readings,
 )
 from tutorial_utils.measurement.phases import step_phase
 from tutorial_utils.measurement.timing import Timing, time_interleaved, time_repeats
@@ -53,8 +51,8 @@ from tutorial_utils.measurement.tracker import (
 from tutorial_utils.units import MiB
 
 __all__ = [
+    "Recording",
     "default_optimizer",
-    "DeviceReadings",
     "DRY_RUN_LABEL",
     "measure_step",
     "next_token_loss",
@@ -66,8 +64,21 @@ __all__ = [
 ]
 
 DRY_RUN_LABEL = "dry run (meta device): exact tensor bytes, no time"
-DeviceReadings = Literal["cuda", "mps"]  # the optional parts of a StepReport, in ``missing``
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+
+
+@dataclass(frozen=True)
+class Recording:
+    """What a tracked step keeps beyond its peak and breakdown (``measure_step``'s
+    ``recording=``): ``timeline``, the op-by-op timeline with bytes per category; ``allocations``,
+    the allocation events a CUDA caching allocator would see (``measurement.allocator.replay``);
+    ``round_to_blocks``, every storage counted in CUDA's 512-byte blocks; ``count_flops``, the
+    FLOPs of each phase (None: in a dry run only, where there is no time to measure)."""
+
+    timeline: bool = False
+    allocations: bool = False
+    round_to_blocks: bool = False
+    count_flops: bool | None = None
 
 
 @dataclass
@@ -86,10 +97,10 @@ class StepReport:
     batch_size: int
     device: str
     timing: Timing | None = None  # every timed repeat, for the spread beside ``seconds``
-    flops: StepFlops | None = None  # counted in dry runs (or with count_flops=True)
+    flops: StepFlops | None = None  # counted in dry runs (or with Recording(count_flops=True))
     phase_peak_bytes: dict[str, int] | None = None  # tracked peak within each phase
     rounded_to_blocks: bool = False  # every storage counted in 512-byte CUDA blocks
-    timeline: list[TimelineEvent] | None = None  # op by op, with record_timeline=True
+    timeline: list[TimelineEvent] | None = None  # op by op, with Recording(timeline=True)
     category_timeline: list[dict[str, int]] | None = None  # bytes per category, op by op
     allocations: AllocationLog | None = None  # allocations and frees in order, when recorded
     cuda: CudaReadings | None = None  # on CUDA
@@ -273,33 +284,6 @@ def _tracked(
     return None if counter is None else counter.result()
 
 
-def _device_readings(
-    device: torch.device, allocated_before: int | None
-) -> tuple[CudaReadings | None, NvmlReading, MpsReadings | None, dict[DeviceReadings, str]]:
-    """What the device itself says after the step: CUDA's peaks, NVML, torch.mps; None elsewhere,
-    and why, by part."""
-    cuda = cuda_readings(device, allocated_before or 0)
-    mps = mps_readings(device)
-    missing: dict[DeviceReadings, str] = {}
-    if isinstance(cuda, str):
-        missing["cuda"] = cuda
-    else:
-        assert allocated_before is not None, "the peaks were reset on this CUDA device"
-    if isinstance(mps, str):
-        missing["mps"] = mps
-    nvml = (
-        nvml_used_mib(nvml_index(device))
-        if device.type == "cuda"
-        else NvmlReading(None, f"device {device} is not a CUDA device")
-    )
-    return (
-        None if isinstance(cuda, str) else cuda,
-        nvml,
-        None if isinstance(mps, str) else mps,
-        missing,
-    )
-
-
 def measure_step(
     model: nn.Module,
     inputs: torch.Tensor,
@@ -312,11 +296,8 @@ def measure_step(
     repeats: int = 1,
     time_step: bool = True,
     limit_bytes: int | None = None,
-    round_to_blocks: bool = False,
-    record_timeline: bool = False,
-    count_flops: bool | None = None,
     autocast: EmulatedAutocast | None = None,
-    record_allocations: bool = False,
+    recording: Recording = Recording(),
 ) -> StepReport:
     """Memory and time of one training step (forward, loss, backward, optimizer step).
 
@@ -337,12 +318,10 @@ def measure_step(
     for a model that checkpoints itself, NetA). Defaults: SGD lr 1e-3 momentum 0.9 and
     cross-entropy, as in the first article.
 
-    On the meta device the step is a dry run: nothing is timed (``seconds`` is None) and the
-    FLOPs of each phase are counted instead (``count_flops`` defaults to True there only), and
-    attention runs the kernel a CPU step would (``meta_attention.dry_run_context``).
-    ``round_to_blocks`` counts storages in CUDA's 512-byte blocks; ``record_timeline`` keeps the
-    op-by-op timeline with bytes per category; ``record_allocations`` the allocation events a
-    CUDA caching allocator would see (``measurement.allocator.replay``). ``autocast`` runs the
+    On the meta device the step is a dry run: nothing is timed (``seconds`` is None), the FLOPs
+    of each phase are counted instead, and attention runs the kernel a CPU step would
+    (``meta_attention.dry_run_context``). ``recording`` says what else the tracked step keeps
+    (``Recording``: its timeline, allocation events, 512-byte blocks, FLOPs). ``autocast`` runs the
     forward and the loss under mixed precision: the real ``torch.autocast`` on a device, its
     emulation on meta (``measurement.autocast``); left out on meta, an active
     ``torch.autocast`` around the call is emulated (meta tensors would ignore it).
@@ -372,14 +351,14 @@ def measure_step(
         inputs=(inputs, targets),
         device=device,
         limit_bytes=limit_bytes,
-        round_to_blocks=round_to_blocks,
-        record_timeline=record_timeline,
-        record_allocations=record_allocations,
+        round_to_blocks=recording.round_to_blocks,
+        record_timeline=recording.timeline,
+        record_allocations=recording.allocations,
     )
     step = functools.partial(_forward_backward_step, *parts)
-    count_flops = dry_run if count_flops is None else count_flops
+    count_flops = dry_run if recording.count_flops is None else recording.count_flops
     flops = _tracked(step, tracker, optimizer, device, autocast, count_flops)
-    readings = _device_readings(device, allocated_before)  # before the gradients go
+    readings = device_readings(device, allocated_before)  # before the gradients go
     optimizer.zero_grad(set_to_none=True)
     return _report(tracker, strategy, len(inputs), device, (seconds, timing), flops, readings)
 
@@ -508,7 +487,7 @@ def sweep_strategies(
             loss_fn=loss_fn,
             device=device,
             time_step=False,
-            round_to_blocks=round_to_blocks,
+            recording=Recording(round_to_blocks=round_to_blocks),
         )
         if index in timings:
             report.timing, report.seconds = timings[index], timings[index].fastest

@@ -16,7 +16,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TypedDict, cast
 
@@ -31,6 +31,7 @@ from tutorial_utils.measurement.tracker import TensorMemoryTracker
 from tutorial_utils.units import MiB
 
 __all__ = [
+    "TrainingOptions",
     "atomic_save",
     "EpochRecord",
     "EpochRow",
@@ -263,6 +264,26 @@ def train_one_epoch(model, loss_fn, optimizer, loader, strategy, device, progres
     return samples
 
 
+@dataclass(frozen=True)
+class TrainingOptions:
+    """How ``train_model`` keeps and reports a run.
+
+    ``checkpoint_dir``: each epoch's state is written there atomically (only the latest epoch's
+    is kept unless ``keep_every_epoch``) and a later call resumes after the last saved epoch.
+    ``evaluate_train`` re-runs the training set in eval mode for the train accuracy/loss as the
+    article does (doubling evaluation time). ``track_memory`` follows tensor allocations during
+    the training pass (any device) for ``tracked_peak_mib``. ``label`` names the run (default: the
+    strategy's name); ``log`` gets the article's line per epoch (None: silent)."""
+
+    checkpoint_dir: str | Path | None = None
+    keep_every_epoch: bool = False
+    evaluate_train: bool = True
+    track_memory: bool = False
+    progress: bool = True
+    label: str | None = None
+    log: Callable[[str], None] | None = print
+
+
 def train_model(
     model: nn.Module,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
@@ -272,31 +293,18 @@ def train_model(
     epochs: int = 10,
     strategy: Strategy | None = None,
     device: torch.device | str | None = None,
-    checkpoint_dir: str | Path | None = None,
-    progress: bool = True,
-    *,
-    keep_every_epoch: bool = False,
-    evaluate_train: bool = True,
-    track_memory: bool = False,
-    label: str | None = None,
-    log: Callable[[str], None] | None = print,
+    options: TrainingOptions = TrainingOptions(),
 ) -> History:
-    """Train for ``epochs``, one ``EpochRecord`` each, logging the first article's line.
-
-    ``evaluate_train`` re-runs the training set in eval mode for the train accuracy/loss as the
-    article does (doubling evaluation time). ``track_memory`` follows tensor allocations during
-    the training pass (any device) for ``tracked_peak_mib``. With ``checkpoint_dir``, each epoch's
-    state is written atomically (only the latest epoch's is kept unless ``keep_every_epoch``) and
-    a later call resumes after the last saved epoch.
-    """
+    """Train for ``epochs``, one ``EpochRecord`` each, logging the first article's line; how the
+    run is kept and reported is ``options`` (``TrainingOptions``)."""
     if epochs < 1:
         raise ValueError(f"epochs must be at least 1, got {epochs}")
     device = resolve_device(device)
     model.to(device)
     strategy = strategy or NO_CHECKPOINTING
     strategy.check(model)
-    history = History(label=label or strategy.name)
-    checkpoint_path = Path(checkpoint_dir) if checkpoint_dir is not None else None
+    history = History(label=options.label or strategy.name)
+    checkpoint_path = Path(options.checkpoint_dir) if options.checkpoint_dir is not None else None
     start = resume(checkpoint_path, model, optimizer, history) if checkpoint_path else 0
     for epoch in range(start, epochs):
         if device.type == "cuda":
@@ -304,35 +312,61 @@ def train_model(
         tracker = TensorMemoryTracker(model=model, optimizer=optimizer)
         started = time.perf_counter()
         desc = f"epoch {epoch} ({history.label})"
-        with tracker if track_memory else contextlib.nullcontext():
+        with tracker if options.track_memory else contextlib.nullcontext():
             samples = train_one_epoch(
-                model, loss_fn, optimizer, train_loader, strategy, device, progress, desc
+                model, loss_fn, optimizer, train_loader, strategy, device, options.progress, desc
             )
         seconds = time.perf_counter() - started
-        cuda_peak = torch.cuda.max_memory_allocated(device) / MiB if device.type == "cuda" else None
-        train_acc, train_loss = (
-            test_model(model, train_loader, loss_fn, device) if evaluate_train else (None, None)
-        )
-        val_acc, val_loss = test_model(model, val_loader, loss_fn, device)
-        record = EpochRecord(
-            epoch=epoch,
-            train_accuracy=train_acc,
-            train_loss=train_loss,
-            val_accuracy=val_acc,
-            val_loss=val_loss,
-            seconds=seconds,
-            samples_per_second=samples / seconds if seconds > 0 else float("nan"),
-            cuda_peak_allocated_mib=cuda_peak,
-            nvml_used_mib=nvml_used_mib().used_mib,
-            tracked_peak_mib=tracker.peak_bytes / MiB if track_memory else None,
-        )
+        peak = tracker.peak_bytes if options.track_memory else None
+        record = _epoch_record(epoch, model, loss_fn, (train_loader, val_loader), device, options)
+        record = _timed(record, seconds, samples, peak)
         history.records.append(record)
-        if log is not None:
-            log(record.log_line())
+        if options.log is not None:
+            options.log(record.log_line())
         if checkpoint_path is not None:
             written = save_epoch(
-                checkpoint_path, epoch, model, optimizer, history, keep_every_epoch
+                checkpoint_path, epoch, model, optimizer, history, options.keep_every_epoch
             )
-            if log is not None:
-                log(describe_saved(written))
+            if options.log is not None:
+                options.log(describe_saved(written))
     return history
+
+
+def _epoch_record(
+    epoch: int,
+    model: nn.Module,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    loaders: tuple[Iterable, Iterable],
+    device: torch.device,
+    options: TrainingOptions,
+) -> EpochRecord:
+    """The epoch's accuracies and losses, with the device's memory readings (time set after)."""
+    train_loader, val_loader = loaders
+    cuda_peak = torch.cuda.max_memory_allocated(device) / MiB if device.type == "cuda" else None
+    train_acc, train_loss = (
+        test_model(model, train_loader, loss_fn, device) if options.evaluate_train else (None, None)
+    )
+    val_acc, val_loss = test_model(model, val_loader, loss_fn, device)
+    return EpochRecord(
+        epoch=epoch,
+        train_accuracy=train_acc,
+        train_loss=train_loss,
+        val_accuracy=val_acc,
+        val_loss=val_loss,
+        seconds=0.0,
+        samples_per_second=float("nan"),
+        cuda_peak_allocated_mib=cuda_peak,
+        nvml_used_mib=nvml_used_mib().used_mib,
+    )
+
+
+def _timed(
+    record: EpochRecord, seconds: float, samples: int, tracked_peak_bytes: int | None
+) -> EpochRecord:
+    """``record`` with the training pass's time, throughput and tracked peak."""
+    return replace(
+        record,
+        seconds=seconds,
+        samples_per_second=samples / seconds if seconds > 0 else float("nan"),
+        tracked_peak_mib=None if tracked_peak_bytes is None else tracked_peak_bytes / MiB,
+    )

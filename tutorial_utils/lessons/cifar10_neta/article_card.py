@@ -26,7 +26,7 @@ from tutorial_utils.display.tables import text_table
 from tutorial_utils.display.widgets import int_slider, result_outputs
 from tutorial_utils.measurement.batch_search import find_max_batch_size
 from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step
-from tutorial_utils.measurement.step import DRY_RUN_LABEL
+from tutorial_utils.measurement.step import DRY_RUN_LABEL, Recording
 from tutorial_utils.units import MiB
 
 ARTICLE_CARD_BYTES = NETA_ARTICLE.card_bytes
@@ -359,7 +359,7 @@ def article_step_timelines(
             build_on_meta(make),
             (batch, 3, image_size, image_size),
             optimizer_factory=adam_optimizer,
-            record_timeline=True,
+            recording=Recording(timeline=True),
         )
         for label, make in CARD_MODELS.items()
     }

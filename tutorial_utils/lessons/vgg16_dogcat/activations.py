@@ -14,7 +14,13 @@ from tutorial_utils.checkpointing.strategy import Strategy, equal_segments
 from tutorial_utils.display.plotting import figure_subtitle
 from tutorial_utils.measurement.dry_run import on_meta
 from tutorial_utils.measurement.saved_tensors import ActivationAccount
-from tutorial_utils.measurement.step import StepReport, SweepRecord, measure_step, sweep_strategies
+from tutorial_utils.measurement.step import (
+    Recording,
+    StepReport,
+    SweepRecord,
+    measure_step,
+    sweep_strategies,
+)
 from tutorial_utils.units import MiB
 
 # -- where the activations sit ---------------------------------------------------------------
@@ -86,7 +92,7 @@ def step_timelines(
             targets,
             equal_segments(segments, keep_batchnorm=False),
             time_step=False,
-            record_timeline=True,
+            recording=Recording(timeline=True),
         )
         for segments in segment_counts
     }
@@ -96,7 +102,9 @@ def after_forward_bytes(report: StepReport) -> int:
     """Live tracked bytes when the forward pass (and the loss) is done, from a step's timeline."""
     forward = [event.current_bytes for event in report.timeline or () if event.phase == "forward"]
     if not forward:
-        raise ValueError("no forward ops in the timeline: measure with record_timeline=True")
+        raise ValueError(
+            "no forward ops in the timeline: measure with recording=Recording(timeline=True)"
+        )
     return forward[-1]
 
 
