@@ -90,7 +90,7 @@ ESTIMATE_EXAMPLE = (
 )
 
 
-def add_estimate_parser(commands) -> None:
+def add_estimate_parser(commands: argparse._SubParsersAction) -> None:
     estimate = commands.add_parser(
         "estimate",
         help="will training your model fit your card? dry runs of one step per strategy",
@@ -131,6 +131,11 @@ def add_estimate_parser(commands) -> None:
         default=",".join(default_spellings()),
         help=f"comma-separated, each one of {strategy_spellings(any_model=True)}",
     )
+    _add_card_arguments(estimate)
+
+
+def _add_card_arguments(estimate: argparse.ArgumentParser) -> None:
+    """``estimate``'s card, its reserve and allocator, the search, the GPUs and the processes."""
     estimate.add_argument(
         "--card", help="the GPU's memory, e.g. 24GB, 80GB (default: the --gpu's, else 24GB)"
     )

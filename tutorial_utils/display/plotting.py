@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
@@ -143,27 +144,12 @@ def plot_segment_sweep(
     segments = [r.strategy.segments for r in records]
     fig, (ax, act_ax) = _new_figure(ncols=2, width=11.5)
     ax.plot(segments, [r.peak_bytes / MiB for r in records], "o-", color="C0", label="tracked peak")
-    cuda = [
-        (r.strategy.segments, r.cuda.peak_allocated_bytes / MiB)
-        for r in records
-        if r.cuda is not None
-    ]
+    cuda = [(r.strategy.segments, r.cuda.peak_allocated_bytes / MiB) for r in records if r.cuda]
     if cuda:
         ax.plot(*zip(*cuda, strict=True), "^:", color="C2", label="CUDA peak allocated")
     ax.set_ylabel("peak memory (MiB)", color="C0")
     ax.set_ylim(bottom=0, top=1.1 * max(r.peak_bytes / MiB for r in records))
-    time_ax = ax.twinx()
-    dry = all(r.seconds is None for r in records)
-    if dry:
-        plain = next((r for r in records if r.strategy.kind == "none"), records[0])
-        ratios = [r.flops.overhead_vs(plain.flops) for r in records]
-        time_ax.plot(segments, ratios, "D-", color="C3", label="predicted time / plain (FLOPs)")
-        time_ax.set_ylabel("predicted step time / plain (FLOPs)", color="C3")
-        time_ax.set_ylim(0, 1.1 * max(ratios))
-    else:
-        time_ax.plot(segments, [r.seconds for r in records], "D-", color="C3", label="step time")
-        time_ax.set_ylabel("step time (s)", color="C3")
-        time_ax.set_ylim(bottom=0)
+    time_ax = _time_axis(ax, records, segments)
     act_ax.plot(
         segments,
         [r.activation_peak_bytes / MiB for r in records],
@@ -198,6 +184,23 @@ def plot_segment_sweep(
     return _finish(
         fig, "Memory and time against segment count", _source_subtitle(records[0], subtitle), None
     )
+
+
+def _time_axis(ax: Axes, records: Sequence[Any], segments: list[int]) -> Axes:
+    """The sweep's step time on a second y axis; in a dry run (no time) the predicted time
+    ratio, the step's FLOPs over the plain step's."""
+    time_ax = ax.twinx()
+    if all(r.seconds is None for r in records):
+        plain = next((r for r in records if r.strategy.kind == "none"), records[0])
+        ratios = [r.flops.overhead_vs(plain.flops) for r in records]
+        time_ax.plot(segments, ratios, "D-", color="C3", label="predicted time / plain (FLOPs)")
+        time_ax.set_ylabel("predicted step time / plain (FLOPs)", color="C3")
+        time_ax.set_ylim(0, 1.1 * max(ratios))
+    else:
+        time_ax.plot(segments, [r.seconds for r in records], "D-", color="C3", label="step time")
+        time_ax.set_ylabel("step time (s)", color="C3")
+        time_ax.set_ylim(bottom=0)
+    return time_ax
 
 
 def plot_histories(
@@ -265,10 +268,10 @@ def _phase_runs(phases: Sequence[str]) -> list[tuple[str, int, int]]:
 def plot_step_timelines(reports: Mapping[str, Any], *, subtitle: str | None = None) -> Figure:
     """Live memory of one training step, op by op, stacked by category, one panel per report.
 
-    What PyTorch's CUDA memory snapshot viewer draws, from the tracker: each report must come from
-    ``measure_step(..., recording=Recording(timeline=True))`` (or ``dry_run_step``). A strip under each panel
-    marks the phase of every op (forward, backward, recompute, optimizer); panels share the
-    memory axis so their peaks compare at a glance.
+    What PyTorch's CUDA memory snapshot viewer draws, from the tracker: each report must come
+    from ``measure_step(..., recording=Recording(timeline=True))`` (or ``dry_run_step``). A strip
+    under each panel marks the phase of every op (forward, backward, recompute, optimizer);
+    panels share the memory axis so their peaks compare at a glance.
     """
     if not reports:
         raise ValueError(
@@ -290,41 +293,8 @@ def plot_step_timelines(reports: Mapping[str, Any], *, subtitle: str | None = No
     plt.close(fig)
     top = max(r.peak_bytes for r in reports.values()) / MiB
     for column, (label, report) in enumerate(reports.items()):
-        ax, strip = axes[0][column], axes[1][column]
-        ops = range(1, len(report.category_timeline) + 1)
-        end = len(ops) + 1  # op k occupies [k, k + 1): the last one ends here
-        stacks = [
-            [step[category] / MiB for step in report.category_timeline] for category in CATEGORIES
-        ]
-        ax.stackplot(
-            [*ops, end],
-            [stack + stack[-1:] for stack in stacks],
-            colors=[CATEGORY_COLORS[c] for c in CATEGORIES],
-            labels=[CATEGORY_NAMES[c] for c in CATEGORIES],
-            step="post",
-        )
-        peak_op = max(ops, key=lambda op: report.timeline[op - 1].current_bytes)
-        ax.annotate(
-            f"peak {report.peak_bytes / MiB:,.0f} MiB",
-            (peak_op, report.peak_bytes / MiB),
-            xytext=(0, 4),
-            textcoords="offset points",
-            ha="center",
-            va="bottom",
-            fontsize=8,
-        )
-        ax.set_ylim(0, 1.15 * top)
-        ax.set_xlim(1, end)
-        ax.set_title(label, fontsize=10)
-        ax.tick_params(labelbottom=False)
-        ax.grid(alpha=0.3, axis="y")
-        if column == 0:
-            ax.set_ylabel("live tensor memory (MiB)")
-        for phase, start, count in _phase_runs([event.phase for event in report.timeline]):
-            strip.broken_barh([(start + 1, count)], (0, 1), color=PHASE_COLORS[phase])
-        strip.set_xlim(1, end)
-        strip.set_yticks([])
-        strip.set_xlabel("op number in the step")
+        _timeline_panel(axes[0][column], axes[1][column], label, report, top)
+    axes[0][0].set_ylabel("live tensor memory (MiB)")
     handles, names = axes[0][0].get_legend_handles_labels()
     phase_handles = [plt.Rectangle((0, 0), 1, 1, color=PHASE_COLORS[p]) for p in PHASES]
     fig.legend(
@@ -339,3 +309,40 @@ def plot_step_timelines(reports: Mapping[str, Any], *, subtitle: str | None = No
     fig.suptitle(f"One training step, op by op\n{_source_subtitle(first, subtitle)}", fontsize=11)
     fig.tight_layout()
     return fig
+
+
+def _timeline_panel(ax: Axes, strip: Axes, label: str, report: Any, top_mib: float) -> None:
+    """One report's live memory stacked by category over its ops, its peak marked, and a strip
+    under it with the phase of every op."""
+    ops = range(1, len(report.category_timeline) + 1)
+    end = len(ops) + 1  # op k occupies [k, k + 1): the last one ends here
+    stacks = [
+        [step[category] / MiB for step in report.category_timeline] for category in CATEGORIES
+    ]
+    ax.stackplot(
+        [*ops, end],
+        [stack + stack[-1:] for stack in stacks],
+        colors=[CATEGORY_COLORS[c] for c in CATEGORIES],
+        labels=[CATEGORY_NAMES[c] for c in CATEGORIES],
+        step="post",
+    )
+    peak_op = max(ops, key=lambda op: report.timeline[op - 1].current_bytes)
+    ax.annotate(
+        f"peak {report.peak_bytes / MiB:,.0f} MiB",
+        (peak_op, report.peak_bytes / MiB),
+        xytext=(0, 4),
+        textcoords="offset points",
+        ha="center",
+        va="bottom",
+        fontsize=8,
+    )
+    ax.set_ylim(0, 1.15 * top_mib)
+    ax.set_xlim(1, end)
+    ax.set_title(label, fontsize=10)
+    ax.tick_params(labelbottom=False)
+    ax.grid(alpha=0.3, axis="y")
+    for phase, start, count in _phase_runs([event.phase for event in report.timeline]):
+        strip.broken_barh([(start + 1, count)], (0, 1), color=PHASE_COLORS[phase])
+    strip.set_xlim(1, end)
+    strip.set_yticks([])
+    strip.set_xlabel("op number in the step")

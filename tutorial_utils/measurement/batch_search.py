@@ -9,7 +9,7 @@ from __future__ import annotations
 import gc
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 import torch
@@ -146,20 +146,13 @@ def find_max_batch_size(
 ) -> MaxBatchResult:
     """The largest batch whose training step fits ``budget_bytes``: the second article's experiment.
 
-    Every trial builds a fresh model with ``make_model()`` and an optimizer (default SGD, lr 1e-3,
-    momentum 0.9, as everywhere; the second article's search passes
-    ``articles.experiments.adam_optimizer``) and runs ``measure_step`` on random inputs of
-    ``sample_shape``: one sample's shape, without the batch dimension the search chooses.
-    ``mode="tracked"`` compares the tracked peak (parameters, gradients, optimizer state and
-    activations) with the budget, on any device, stopping a trial as soon as it goes over (so real
-    memory stays near the budget, and failing trials are cheap). ``mode="cuda"`` emulates a small card: it runs for
-    real under ``torch.cuda.set_per_process_memory_fraction(budget / total)``, treats an
-    out-of-memory error as "does not fit", frees everything and goes on; the fraction is restored
-    afterwards. The limit covers everything the process has allocated, other live tensors included.
-    ``device="meta"`` makes every trial a dry run (model and batch built on the meta device): the
-    tracked search at any size in well under a second per trial, on any machine. A budget that
-    not even one sample fits is a ``ValueError`` saying so. ``autocast`` as in ``measure_step``
-    (a dry run inside ``torch.autocast`` follows it).
+    Each trial builds a fresh model and optimizer (default SGD, lr 1e-3, momentum 0.9) and runs
+    ``measure_step`` on random inputs; ``sample_shape`` is one sample's, without the batch.
+    ``mode="tracked"`` compares the tracked peak with the budget on any device, stopping a trial
+    as soon as it goes over. ``mode="cuda"`` runs for real under
+    ``torch.cuda.set_per_process_memory_fraction(budget / total)`` (which covers everything the
+    process holds), an out-of-memory error meaning "does not fit". ``device="meta"``: every trial
+    a dry run, any size, well under a second each. No batch fitting is a ``ValueError``.
     """
     _validate_search(sample_shape, budget_bytes, mode, max_batch)
     device = torch.device(device) if device is not None else default_device()
@@ -170,61 +163,92 @@ def find_max_batch_size(
                 f"mode='cuda' needs a CUDA device ({reason or f'device is {device}'}); "
                 "use mode='tracked' on this machine"
             )
-    generator = torch.Generator().manual_seed(0)
-    trials: list[BatchTrial] = []
+    search = _Search(
+        make_model,
+        tuple(sample_shape),
+        budget_bytes,
+        strategy,
+        num_classes,
+        device,
+        mode,
+        loss_fn,
+        optimizer_factory,
+        Recording(round_to_blocks=round_to_blocks),
+        autocast,
+    )
+    if mode == "cuda":
+        best = _search_on_small_card(search.try_batch, max_batch, budget_bytes, device)
+    else:
+        best = largest_fitting(search.try_batch, max_batch)
+    if best == 0:
+        raise ValueError(_no_batch_fits(search.trials, budget_bytes))
+    return MaxBatchResult(
+        best, search.trials, budget_bytes, strategy or NO_CHECKPOINTING, mode, str(device)
+    )
 
-    def run_trial(batch_size: int) -> int | None:
+
+@dataclass
+class _Search:
+    """One batch search's fixed parts; ``try_batch`` runs one trial and keeps it."""
+
+    make_model: Callable[[], nn.Module]
+    sample_shape: tuple[int, ...]
+    budget_bytes: int
+    strategy: Strategy | None
+    num_classes: int
+    device: torch.device
+    mode: SearchMode
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None
+    optimizer_factory: OptimizerFactory | None
+    recording: Recording
+    autocast: EmulatedAutocast | None
+    generator: torch.Generator = field(default_factory=lambda: torch.Generator().manual_seed(0))
+    trials: list[BatchTrial] = field(default_factory=list)
+
+    def peak(self, batch_size: int) -> int | None:
         """The trial's peak: tracked, or CUDA peak allocated in mode "cuda"."""
-        if device.type == "meta":  # a dry run: built there directly, no data drawn
-            model = build_on_meta(make_model)
-            inputs = torch.empty(batch_size, *sample_shape, device="meta")
+        if self.device.type == "meta":  # a dry run: built there directly, no data drawn
+            model = build_on_meta(self.make_model)
+            inputs = torch.empty(batch_size, *self.sample_shape, device="meta")
             targets = torch.empty(batch_size, dtype=torch.long, device="meta")
         else:
-            model = make_model().to(device)
-            inputs = torch.randn(batch_size, *sample_shape, generator=generator)
-            targets = torch.randint(0, num_classes, (batch_size,), generator=generator)
+            model = self.make_model().to(self.device)
+            inputs = torch.randn(batch_size, *self.sample_shape, generator=self.generator)
+            targets = torch.randint(0, self.num_classes, (batch_size,), generator=self.generator)
         report = measure_step(
             model,
             inputs,
             targets,
-            strategy,
-            optimizer_factory=optimizer_factory,
-            loss_fn=loss_fn,
-            device=device,
+            self.strategy,
+            optimizer_factory=self.optimizer_factory,
+            loss_fn=self.loss_fn,
+            device=self.device,
             time_step=False,
-            limit_bytes=budget_bytes if mode == "tracked" else None,
-            autocast=autocast,
-            recording=Recording(round_to_blocks=round_to_blocks),
+            limit_bytes=self.budget_bytes if self.mode == "tracked" else None,
+            autocast=self.autocast,
+            recording=self.recording,
         )
-        if mode == "cuda":
+        if self.mode == "cuda":
             return None if report.cuda is None else report.cuda.peak_allocated_bytes
         return report.peak_bytes
 
-    def try_batch(batch_size: int) -> bool:
-        if mode == "tracked":
+    def try_batch(self, batch_size: int) -> bool:
+        """Whether ``batch_size`` fits; a trial that goes over is stopped (tracked) or caught as
+        CUDA's out-of-memory error, and its memory freed."""
+        if self.mode == "tracked":
             try:
-                trial = BatchTrial(batch_size, True, run_trial(batch_size))
+                trial = BatchTrial(batch_size, True, self.peak(batch_size))
             except MemoryLimitExceeded as stopped:
                 trial = BatchTrial(batch_size, False, stopped.live_bytes, f"stopped: {stopped}")
         else:
             try:
-                trial = BatchTrial(batch_size, True, run_trial(batch_size))
+                trial = BatchTrial(batch_size, True, self.peak(batch_size))
             except torch.OutOfMemoryError as error:
                 trial = BatchTrial(batch_size, False, None, str(error).splitlines()[0])
             gc.collect()
             torch.cuda.empty_cache()
-        trials.append(trial)
+        self.trials.append(trial)
         return trial.fits
-
-    if mode == "cuda":
-        best = _search_on_small_card(try_batch, max_batch, budget_bytes, device)
-    else:
-        best = largest_fitting(try_batch, max_batch)
-    if best == 0:
-        raise ValueError(_no_batch_fits(trials, budget_bytes))
-    return MaxBatchResult(
-        best, trials, budget_bytes, strategy or NO_CHECKPOINTING, mode, str(device)
-    )
 
 
 def _no_batch_fits(trials: Sequence[BatchTrial], budget_bytes: int) -> str:

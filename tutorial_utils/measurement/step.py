@@ -301,30 +301,14 @@ def measure_step(
 ) -> StepReport:
     """Memory and time of one training step (forward, loss, backward, optimizer step).
 
-    The measured step should look like any later step of a training loop, so optimizer state that
-    is created lazily on the first step (SGD momentum, Adam moments) must exist before it. With
-    ``time_step`` one untracked warm-up step creates it (and warms caches), then ``repeats`` steps
-    are timed without the tracker (whose dispatch overhead would distort the time; the fastest is
-    reported, as ``timeit`` does: slower repeats measure interference from other work). Without
-    ``time_step`` the state is created more cheaply by an optimizer step on zero gradients, which
-    leaves SGD/Adam weights unchanged. Then one step runs under the tracker (and with the CUDA
-    peak counters reset). Before each step the gradients are set to None, as ``zero_grad()`` does
-    in the articles' loop, so they are allocated during backward; they are set to None again at
-    the end to give their memory back. The model's weights do change: it is trained for real, by
-    ``optimizer_factory(model.parameters())``. With ``limit_bytes`` the tracked step stops with
-    ``MemoryLimitExceeded`` as soon as its live tensors exceed it.
-
-    ``strategy`` says how the forward is checkpointed (``Strategy.applied``; None: not at all, as
-    for a model that checkpoints itself, NetA). Defaults: SGD lr 1e-3 momentum 0.9 and
-    cross-entropy, as in the first article.
-
-    On the meta device the step is a dry run: nothing is timed (``seconds`` is None), the FLOPs
-    of each phase are counted instead, and attention runs the kernel a CPU step would
-    (``meta_attention.dry_run_context``). ``recording`` says what else the tracked step keeps
-    (``Recording``: its timeline, allocation events, 512-byte blocks, FLOPs). ``autocast`` runs the
-    forward and the loss under mixed precision: the real ``torch.autocast`` on a device, its
-    emulation on meta (``measurement.autocast``); left out on meta, an active
-    ``torch.autocast`` around the call is emulated (meta tensors would ignore it).
+    Like any later step of a training loop: the optimizer's lazy state is made first (by a
+    warm-up step with ``time_step``, then ``repeats`` timed steps, the fastest reported; else by
+    an optimizer step on zero gradients). Then one step runs under the tracker, CUDA's peaks reset,
+    gradients set to None before and after. The model is trained for real. ``limit_bytes`` stops
+    the tracked step with ``MemoryLimitExceeded``. ``strategy`` None: no checkpointing (NetA
+    checkpoints itself). Defaults: the first article's SGD and cross-entropy. On meta: a dry run,
+    FLOPs instead of time. ``recording``: what else is kept (``Recording``). ``autocast``: mixed
+    precision (emulated on meta; an active ``torch.autocast`` around a dry run is followed).
     """
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
