@@ -16,6 +16,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Annotated, NotRequired, TypedDict
 
 import pytest
 import torch
@@ -63,7 +64,9 @@ from tutorial_utils.gpu_check.report import (
     Column,
     Outcome,
     SectionResult,
+    Shown,
     Table,
+    columns_of,
     one_line,
     relative_error,
     render_report,
@@ -562,7 +565,7 @@ def test_crosscheck_table_gives_both_errors_against_cuda():
     assert outcome.failures == []
     lines = render_table(dataclasses.asdict(outcome.tables[0]))
     assert (
-        "| VGG16 (article) | 2 segments | 32 | SGD momentum | 99.0 | 101.0 | 100.0 | -1.00% | +1.00% "
+        "| VGG16 (article) | 2 segments | 32 | SGD momentum | 101.0 | 99.0 | 100.0 | -1.00% | +1.00% "
         "| 120.0 | n/a | 0.250 |" in lines
     )
     assert "tracked peak MiB (measured on the GPU)" in lines[2]
@@ -653,4 +656,22 @@ def test_allocator_section_judges_both_counters(tmp_path):
     row["reserved_error"] = -0.5
     assert allocator.allocator_failures([row]) == [
         "hf:gpt2 none: predicted reserved off by -50.00%"
+    ]
+
+
+def test_a_rows_columns_are_declared_once_on_its_fields():
+    """``columns_of`` reads each shown field's header, format and source off its TypedDict, in
+    field order, base first, through ``NotRequired``; a field without ``Shown`` is no column."""
+
+    class Base(TypedDict):
+        step: Annotated[str, Shown("step")]
+        hidden: int
+
+    class Row(Base):
+        peak_mib: NotRequired[Annotated[float, Shown("peak MiB", "{:.1f}", MEASURED)]]
+
+    columns = columns_of(Row)
+    assert [(c.header, c.key, c.fmt, c.source) for c in columns] == [
+        ("step", "step", "{}", None),
+        ("peak MiB", "peak_mib", "{:.1f}", MEASURED),
     ]

@@ -6,7 +6,7 @@ The prediction half runs anywhere (``predicted_counters``); ``allocator_rows`` n
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import Annotated, TypedDict
 
 import torch
 
@@ -14,9 +14,10 @@ from tutorial_utils.estimate.estimator import Workload, build_model, train_step
 from tutorial_utils.estimate.strategies import parse_strategy
 from tutorial_utils.gpu_check.report import (
     MEASURED,
-    Column,
     Outcome,
+    Shown,
     Table,
+    columns_of,
     relative_error,
     tolerance_failures,
 )
@@ -48,33 +49,23 @@ ALLOCATOR_CHECKS = (
 ALLOCATED_TOLERANCE = 0.02
 RESERVED_TOLERANCE = 0.05
 PREDICTED = "predicted: dry run replayed through the emulated allocator"
-ALLOCATOR_COLUMNS = [
-    Column("model", "model"),
-    Column("batch x size", "shape"),
-    Column("precision", "precision"),
-    Column("strategy", "strategy"),
-    Column("allocated MiB", "predicted_allocated_mib", "{:.1f}", PREDICTED),
-    Column("max_memory_allocated MiB", "cuda_allocated_mib", "{:.1f}", MEASURED),
-    Column("error", "allocated_error", "{:+.2%}", PREDICTED),
-    Column("reserved MiB", "predicted_reserved_mib", "{:.1f}", PREDICTED),
-    Column("max_memory_reserved MiB", "cuda_reserved_mib", "{:.1f}", MEASURED),
-    Column("error", "reserved_error", "{:+.2%}", PREDICTED),
-    Column("outside the allocator MiB", "outside_allocator_mib", "{:.0f}", MEASURED),
-]
 
 
 class AllocatorRow(TypedDict):
-    model: str
-    shape: str
-    precision: str
-    strategy: str
-    predicted_allocated_mib: float
-    cuda_allocated_mib: float
-    allocated_error: float | None
-    predicted_reserved_mib: float
-    cuda_reserved_mib: float
-    reserved_error: float | None
-    outside_allocator_mib: float
+    model: Annotated[str, Shown("model")]
+    shape: Annotated[str, Shown("batch x size")]
+    precision: Annotated[str, Shown("precision")]
+    strategy: Annotated[str, Shown("strategy")]
+    predicted_allocated_mib: Annotated[float, Shown("allocated MiB", "{:.1f}", PREDICTED)]
+    cuda_allocated_mib: Annotated[float, Shown("max_memory_allocated MiB", "{:.1f}", MEASURED)]
+    allocated_error: Annotated[float | None, Shown("error", "{:+.2%}", PREDICTED)]
+    predicted_reserved_mib: Annotated[float, Shown("reserved MiB", "{:.1f}", PREDICTED)]
+    cuda_reserved_mib: Annotated[float, Shown("max_memory_reserved MiB", "{:.1f}", MEASURED)]
+    reserved_error: Annotated[float | None, Shown("error", "{:+.2%}", PREDICTED)]
+    outside_allocator_mib: Annotated[float, Shown("outside the allocator MiB", "{:.0f}", MEASURED)]
+
+
+ALLOCATOR_COLUMNS = columns_of(AllocatorRow)
 
 
 def cublas_workspace_bytes(device: torch.device) -> int:

@@ -5,7 +5,7 @@ under the second article's 2.5 GB card, where the doubling phase meets a real
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import Annotated, TypedDict
 
 import torch
 import torch.nn as nn
@@ -13,7 +13,7 @@ import torch.nn as nn
 from tutorial_utils.articles.experiments import adam_optimizer
 from tutorial_utils.articles.models import NetA
 from tutorial_utils.articles.quoted import NETA_ARTICLE
-from tutorial_utils.gpu_check.report import MEASURED, Column, Outcome, Table
+from tutorial_utils.gpu_check.report import MEASURED, Outcome, Shown, Table, columns_of
 from tutorial_utils.gpu_check.runner import Budget, Section, free_cuda_memory
 from tutorial_utils.measurement.batch_search import MaxBatchResult, find_max_batch_size
 from tutorial_utils.measurement.step import measure_step
@@ -42,21 +42,27 @@ class FirstOverflow(TypedDict):
 
 
 class SearchRow(TypedDict):
-    mode: str
-    budget_mib: float
-    batch_size: int
-    trials: int
-    tried: str
-    first_over: int | None
-    doubling: bool | None
+    mode: Annotated[str, Shown("mode")]
+    budget_mib: Annotated[float, Shown("budget MiB", "{:.0f}")]
+    batch_size: Annotated[int, Shown("largest batch", "{:d}", MEASURED)]
+    trials: Annotated[int, Shown("trials", "{:d}")]
+    tried: Annotated[str, Shown("batches tried")]
+    first_over: Annotated[int | None, Shown("first over budget", "{:d}", MEASURED)]
+    doubling: Annotated[bool | None, Shown("in the doubling phase", "{}", MEASURED)]
     error: str | None
 
 
+SEARCH_COLUMNS = columns_of(SearchRow)
+
+
 class ReleaseRow(TypedDict):
-    before: int
-    after: int
-    difference: int
-    alive: bool
+    before: Annotated[int, Shown("allocated before the search, bytes", "{:d}", MEASURED)]
+    after: Annotated[int, Shown("allocated after it, bytes", "{:d}", MEASURED)]
+    difference: Annotated[int, Shown("difference, bytes", "{:d}", MEASURED)]
+    alive: Annotated[bool, Shown("CUDA still computes", "{}", MEASURED)]
+
+
+RELEASE_COLUMNS = columns_of(ReleaseRow)
 
 
 def _neta_plain() -> nn.Module:
@@ -82,23 +88,6 @@ def first_out_of_memory(result: MaxBatchResult) -> FirstOverflow | None:
             doubling = tried == [2**i for i in range(position + 1)]
             return {"batch": trial.batch_size, "doubling": doubling, "error": trial.error}
     return None
-
-
-SEARCH_COLUMNS = [
-    Column("mode", "mode"),
-    Column("budget MiB", "budget_mib", "{:.0f}"),
-    Column("largest batch", "batch_size", "{:d}", MEASURED),
-    Column("trials", "trials", "{:d}"),
-    Column("batches tried", "tried"),
-    Column("first over budget", "first_over", "{:d}", MEASURED),
-    Column("in the doubling phase", "doubling", "{}", MEASURED),
-]
-RELEASE_COLUMNS = [
-    Column("allocated before the search, bytes", "before", "{:d}", MEASURED),
-    Column("allocated after it, bytes", "after", "{:d}", MEASURED),
-    Column("difference, bytes", "difference", "{:d}", MEASURED),
-    Column("CUDA still computes", "alive", "{}", MEASURED),
-]
 
 
 def _search_row(label: str, result: MaxBatchResult) -> SearchRow:

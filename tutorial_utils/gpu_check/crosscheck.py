@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import Annotated, TypedDict
 
 import torch
 import torch.nn as nn
@@ -17,9 +17,10 @@ from tutorial_utils.display.tables import cell_text
 from tutorial_utils.gpu_check.report import (
     DRY_RUN,
     MEASURED,
-    Column,
     Outcome,
+    Shown,
     Table,
+    columns_of,
     relative_error,
 )
 from tutorial_utils.gpu_check.runner import Budget, Section, free_cuda_memory
@@ -62,28 +63,35 @@ class CrossCheckStep:
 
 
 class DryRunRow(TypedDict):
-    step: str
-    strategy: str  # the strategy's name
-    batch: int
+    step: Annotated[str, Shown("step")]
+    strategy: Annotated[str, Shown("strategy")]  # the strategy's name
+    batch: Annotated[int, Shown("batch", "{:d}")]
     image_size: int
-    optimizer: str
-    dry_run_peak_mib: float
+    optimizer: Annotated[str, Shown("optimizer")]
+    dry_run_peak_mib: Annotated[float, Shown("peak MiB, 512 B blocks", "{:.1f}", DRY_RUN)]
     dry_run_breakdown_mib: dict[str, float]
 
 
 class CrossCheckRow(DryRunRow):
-    tracked_peak_mib: float
-    cuda_peak_allocated_mib: float | None
-    cuda_peak_reserved_mib: float | None
-    nvml_used_mib: float | None
-    tracker_error: float | None
-    dry_run_error: float | None
+    tracked_peak_mib: Annotated[float, Shown("tracked peak MiB", "{:.1f}", MEASURED)]
+    cuda_peak_allocated_mib: Annotated[
+        float | None, Shown("CUDA peak allocated MiB", "{:.1f}", MEASURED)
+    ]
+    tracker_error: Annotated[float | None, Shown("tracker error", "{:+.2%}", MEASURED)]
+    dry_run_error: Annotated[float | None, Shown("dry-run error", "{:+.2%}", DRY_RUN)]
+    cuda_peak_reserved_mib: Annotated[
+        float | None, Shown("CUDA peak reserved MiB", "{:.1f}", MEASURED)
+    ]
+    nvml_used_mib: Annotated[float | None, Shown("NVML used MiB", "{:.0f}", MEASURED)]
     tracked_baseline_mib: float
     cuda_allocated_before_mib: float | None
-    step_seconds: float | None
+    step_seconds: Annotated[float | None, Shown("step s", "{:.3f}", MEASURED)]
     breakdown_mib: dict[str, float]
     activation_peak_mib: float
     device: str
+
+
+CROSSCHECK_COLUMNS = columns_of(CrossCheckRow)
 
 
 def _vgg16(layout: Layout) -> Callable[[], nn.Module]:
@@ -182,22 +190,6 @@ def crosscheck(
         rows.append(measured_row(dry_run_row(step), measure(step, device)))
         free_cuda_memory()
     return rows
-
-
-CROSSCHECK_COLUMNS = [
-    Column("step", "step"),
-    Column("strategy", "strategy"),
-    Column("batch", "batch", "{:d}"),
-    Column("optimizer", "optimizer"),
-    Column("tracked peak MiB", "tracked_peak_mib", "{:.1f}", MEASURED),
-    Column("peak MiB, 512 B blocks", "dry_run_peak_mib", "{:.1f}", DRY_RUN),
-    Column("CUDA peak allocated MiB", "cuda_peak_allocated_mib", "{:.1f}", MEASURED),
-    Column("tracker error", "tracker_error", "{:+.2%}", MEASURED),
-    Column("dry-run error", "dry_run_error", "{:+.2%}", DRY_RUN),
-    Column("CUDA peak reserved MiB", "cuda_peak_reserved_mib", "{:.1f}", MEASURED),
-    Column("NVML used MiB", "nvml_used_mib", "{:.0f}", MEASURED),
-    Column("step s", "step_seconds", "{:.3f}", MEASURED),
-]
 
 
 def crosscheck_outcome(rows: list[CrossCheckRow]) -> Outcome:

@@ -3,16 +3,17 @@ of a step beside ``max_memory_allocated`` of the same step on the GPU."""
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import Annotated, TypedDict
 
 import torch
 
 from tutorial_utils.gpu_check.report import (
     DRY_RUN,
     MEASURED,
-    Column,
     Outcome,
+    Shown,
     Table,
+    columns_of,
     relative_error,
     tolerance_failures,
 )
@@ -30,27 +31,22 @@ ESTIMATE_CHECKS = (
     ("torchvision:resnet50", 16, 224, "amp-bf16", 0, "selective"),
 )
 ESTIMATE_TOLERANCE = 0.02  # kernels' workspaces (cuBLAS, cuDNN) are in CUDA's peak only
-ESTIMATE_COLUMNS = [
-    Column("model", "model"),
-    Column("batch x size", "shape"),
-    Column("precision", "precision"),
-    Column("strategy", "strategy"),
-    Column("estimate MiB, 512 B blocks", "estimate_mib", "{:.1f}", DRY_RUN),
-    Column("tracked peak MiB", "tracked_peak_mib", "{:.1f}", MEASURED),
-    Column("CUDA peak allocated MiB", "cuda_peak_allocated_mib", "{:.1f}", MEASURED),
-    Column("estimate error", "estimate_error", "{:+.2%}", DRY_RUN),
-]
 
 
 class EstimateRow(TypedDict):
-    model: str
-    shape: str
-    precision: str
-    strategy: str
-    estimate_mib: float
-    tracked_peak_mib: float
-    cuda_peak_allocated_mib: float | None
-    estimate_error: float | None
+    model: Annotated[str, Shown("model")]
+    shape: Annotated[str, Shown("batch x size")]
+    precision: Annotated[str, Shown("precision")]
+    strategy: Annotated[str, Shown("strategy")]
+    estimate_mib: Annotated[float, Shown("estimate MiB, 512 B blocks", "{:.1f}", DRY_RUN)]
+    tracked_peak_mib: Annotated[float, Shown("tracked peak MiB", "{:.1f}", MEASURED)]
+    cuda_peak_allocated_mib: Annotated[
+        float | None, Shown("CUDA peak allocated MiB", "{:.1f}", MEASURED)
+    ]
+    estimate_error: Annotated[float | None, Shown("estimate error", "{:+.2%}", DRY_RUN)]
+
+
+ESTIMATE_COLUMNS = columns_of(EstimateRow)
 
 
 def estimate_rows(device: torch.device, checks: tuple = ESTIMATE_CHECKS) -> list[EstimateRow]:

@@ -4,11 +4,11 @@ package's reader beside the driver's free/total) and the software stack's versio
 from __future__ import annotations
 
 import platform
-from typing import TypedDict
+from typing import Annotated, TypedDict
 
 import torch
 
-from tutorial_utils.gpu_check.report import MEASURED, Column, Outcome, Table
+from tutorial_utils.gpu_check.report import MEASURED, Column, Outcome, Shown, Table, columns_of
 from tutorial_utils.gpu_check.runner import Budget, Section
 from tutorial_utils.measurement.nvml import nvml_driver_version, nvml_used_mib
 from tutorial_utils.units import MiB
@@ -17,13 +17,13 @@ __all__ = ["GpuRow", "SECTION"]
 
 
 class GpuRow(TypedDict):
-    index: int
-    name: str
-    capability: str
-    multiprocessors: int
-    total_mib: float
-    driver_used_mib: float
-    nvml_used_mib: float | None
+    index: Annotated[int, Shown("GPU")]
+    name: Annotated[str, Shown("name")]
+    capability: Annotated[str, Shown("compute capability")]
+    multiprocessors: Annotated[int, Shown("multiprocessors", "{:d}", MEASURED)]
+    total_mib: Annotated[float, Shown("total MiB", "{:.0f}", MEASURED)]
+    driver_used_mib: Annotated[float, Shown("used MiB (cudaMemGetInfo)", "{:.0f}", MEASURED)]
+    nvml_used_mib: Annotated[float | None, Shown("used MiB (NVML)", "{:.0f}", MEASURED)]
 
 
 def _nccl_version() -> str:
@@ -64,15 +64,7 @@ def hardware_section(budget: Budget) -> Outcome:
         [
             Table(
                 f"GPUs ({len(gpus)} visible)",
-                [
-                    Column("GPU", "index"),
-                    Column("name", "name"),
-                    Column("compute capability", "capability"),
-                    Column("multiprocessors", "multiprocessors", "{:d}", MEASURED),
-                    Column("total MiB", "total_mib", "{:.0f}", MEASURED),
-                    Column("used MiB (cudaMemGetInfo)", "driver_used_mib", "{:.0f}", MEASURED),
-                    Column("used MiB (NVML)", "nvml_used_mib", "{:.0f}", MEASURED),
-                ],
+                columns_of(GpuRow),
                 gpus,
             ),
             Table(

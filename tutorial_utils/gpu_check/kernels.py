@@ -7,7 +7,7 @@ those the real call keeps (unique storages, counted by ``tools.SavedTensors``).
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import Annotated, TypedDict
 
 import torch
 import torch.nn.functional as F
@@ -15,9 +15,10 @@ import torch.nn.functional as F
 from tutorial_utils.gpu_check.report import (
     DRY_RUN,
     MEASURED,
-    Column,
     Outcome,
+    Shown,
     Table,
+    columns_of,
     relative_error,
 )
 from tutorial_utils.gpu_check.runner import Budget, Section
@@ -50,27 +51,20 @@ CASES = tuple(
 )
 SAVED_TOLERANCE = 0.001  # kernels' RNG states are a few bytes; the rest must match
 RULES = "dry run: measurement.gpu_attention's rules"
-KERNEL_COLUMNS = [
-    Column("dtype", "dtype"),
-    Column("head dim", "head_dim", "{:d}"),
-    Column("mask", "mask"),
-    Column("rules' kernel", "rules", source=RULES),
-    Column("torch's kernel", "torch", source=MEASURED),
-    Column("kept, dry run MiB", "dry_run_mib", "{:.2f}", DRY_RUN),
-    Column("kept, real MiB", "real_mib", "{:.2f}", MEASURED),
-    Column("error", "saved_error", "{:+.2%}", DRY_RUN),
-]
 
 
 class KernelRow(TypedDict):
-    dtype: str
-    head_dim: int
-    mask: str
-    rules: str
-    torch: str
-    dry_run_mib: float
-    real_mib: float
-    saved_error: float | None
+    dtype: Annotated[str, Shown("dtype")]
+    head_dim: Annotated[int, Shown("head dim", "{:d}")]
+    mask: Annotated[str, Shown("mask")]
+    rules: Annotated[str, Shown("rules' kernel", "{}", RULES)]
+    torch: Annotated[str, Shown("torch's kernel", "{}", MEASURED)]
+    dry_run_mib: Annotated[float, Shown("kept, dry run MiB", "{:.2f}", DRY_RUN)]
+    real_mib: Annotated[float, Shown("kept, real MiB", "{:.2f}", MEASURED)]
+    saved_error: Annotated[float | None, Shown("error", "{:+.2%}", DRY_RUN)]
+
+
+KERNEL_COLUMNS = columns_of(KernelRow)
 
 
 NO_PARAMETERS = torch.nn.Module()  # attention alone: nothing to leave out of the count

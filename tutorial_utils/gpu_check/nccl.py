@@ -4,12 +4,12 @@ are visible; skipped, not failed, on one."""
 from __future__ import annotations
 
 import time
-from typing import TypedDict
+from typing import Annotated, TypedDict
 
 import torch
 import torch.distributed as dist
 
-from tutorial_utils.gpu_check.report import MEASURED, Column, Outcome, Table
+from tutorial_utils.gpu_check.report import MEASURED, Outcome, Shown, Table, columns_of
 from tutorial_utils.gpu_check.runner import Budget, Section
 from tutorial_utils.training.distributed import RankContext, launch
 
@@ -17,26 +17,20 @@ __all__ = ["nccl_rank", "nccl_section", "nccl_skip_reason", "NcclRow", "SECTION"
 
 
 class NcclRow(TypedDict):
-    rank: int
-    device: str
-    gpu: str
-    backend: str
-    sum: float
+    rank: Annotated[int, Shown("rank", "{:d}")]
+    device: Annotated[str, Shown("device")]
+    gpu: Annotated[str, Shown("GPU")]
+    backend: Annotated[str, Shown("backend")]
+    sum: Annotated[float, Shown("all-reduce sum", "{:g}", MEASURED)]
     all_equal: bool
-    expected: float
-    seconds: float
+    expected: Annotated[float, Shown("expected", "{:g}")]
+    seconds: Annotated[float, Shown("all-reduce s", "{:.4f}", MEASURED)]
+
+
+NCCL_COLUMNS = columns_of(NcclRow)
 
 
 NCCL_RANKS = 2
-NCCL_COLUMNS = [
-    Column("rank", "rank", "{:d}"),
-    Column("device", "device"),
-    Column("GPU", "gpu"),
-    Column("backend", "backend"),
-    Column("all-reduce sum", "sum", "{:g}", MEASURED),
-    Column("expected", "expected", "{:g}"),
-    Column("all-reduce s", "seconds", "{:.4f}", MEASURED),
-]
 
 
 def nccl_skip_reason(device_count: int) -> str | None:

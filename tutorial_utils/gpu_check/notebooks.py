@@ -15,7 +15,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import NotRequired, TypedDict
+from typing import Annotated, NotRequired, TypedDict
 
 from tutorial_utils.articles.profiles import PROFILE_ENV
 from tutorial_utils.display.figure_check import CHECK_FIGURES_ENV
@@ -23,9 +23,10 @@ from tutorial_utils.gpu_check.report import (
     FAILED,
     MEASURED,
     PASSED,
-    Column,
     Outcome,
+    Shown,
     Table,
+    columns_of,
     one_line,
 )
 from tutorial_utils.gpu_check.runner import Budget, Section
@@ -52,26 +53,20 @@ NOTEBOOKS = ("02_vgg16_dogcat.ipynb", "03_cifar10_neta.ipynb")
 NOTEBOOK_PROFILE = "gpu"
 RESERVE_S = 15.0  # after the last notebook: its kernel's shutdown and the report
 MIN_NOTEBOOK_S = 30.0  # less than this is not worth a kernel's start
-NOTEBOOK_COLUMNS = [
-    Column("notebook", "notebook"),
-    Column("profile", "profile"),
-    Column("status", "status"),
-    Column("time allowed s", "timeout_s", "{:.0f}"),
-    Column("wall s", "seconds", "{:.1f}", MEASURED),
-    Column("where it stopped", "cell"),
-    Column("error", "error"),
-]
 NotebookExecutor = Callable[[Path, Mapping[str, str], float], None]
 
 
 class NotebookRow(TypedDict):
-    notebook: str
-    profile: str
-    timeout_s: float | None
-    status: NotRequired[str]  # passed, FAILED, or why it did not run
-    seconds: NotRequired[float]
-    cell: NotRequired[str | None]
-    error: NotRequired[str]
+    notebook: Annotated[str, Shown("notebook")]
+    profile: Annotated[str, Shown("profile")]
+    status: NotRequired[Annotated[str, Shown("status")]]  # passed, FAILED, or why it did not run
+    timeout_s: Annotated[float | None, Shown("time allowed s", "{:.0f}")]
+    seconds: NotRequired[Annotated[float, Shown("wall s", "{:.1f}", MEASURED)]]
+    cell: NotRequired[Annotated[str | None, Shown("where it stopped")]]
+    error: NotRequired[Annotated[str, Shown("error")]]
+
+
+NOTEBOOK_COLUMNS = columns_of(NotebookRow)
 
 
 def notebook_env(base: Mapping[str, str]) -> dict[str, str]:

@@ -3,13 +3,13 @@ and one without: peaks, times, gradients."""
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import Annotated, TypedDict
 
 import torch
 
 from tutorial_utils.articles.models import vgg16_classifier
 from tutorial_utils.checkpointing.strategy import NO_CHECKPOINTING, offloaded
-from tutorial_utils.gpu_check.report import MEASURED, Column, Outcome, Table
+from tutorial_utils.gpu_check.report import MEASURED, Column, Outcome, Shown, Table, columns_of
 from tutorial_utils.gpu_check.runner import Budget, Section, free_cuda_memory
 from tutorial_utils.measurement.gradients import compare_gradients, parameter_gradients
 from tutorial_utils.measurement.step import measure_step
@@ -19,19 +19,18 @@ __all__ = ["offloading_outcome", "OffloadRow", "SECTION"]
 
 
 class OffloadRow(TypedDict):
-    step: str
-    tracked_peak_mib: float
-    cuda_peak_allocated_mib: float | None
-    step_seconds: float | None
+    step: Annotated[str, Shown("step")]
+    tracked_peak_mib: Annotated[float, Shown("tracked peak MiB", "{:.1f}", MEASURED)]
+    cuda_peak_allocated_mib: Annotated[
+        float | None, Shown("CUDA peak allocated MiB", "{:.1f}", MEASURED)
+    ]
+    step_seconds: Annotated[float | None, Shown("step s", "{:.3f}", MEASURED)]
+
+
+OFFLOAD_COLUMNS = columns_of(OffloadRow)
 
 
 OFFLOAD_SHAPE = (32, 3, 224, 224)
-OFFLOAD_COLUMNS = [
-    Column("step", "step"),
-    Column("tracked peak MiB", "tracked_peak_mib", "{:.1f}", MEASURED),
-    Column("CUDA peak allocated MiB", "cuda_peak_allocated_mib", "{:.1f}", MEASURED),
-    Column("step s", "step_seconds", "{:.3f}", MEASURED),
-]
 GRADIENT_COLUMNS = [
     Column("parameters", "parameters", "{:d}"),
     Column("bitwise equal", "bitwise", "{}", MEASURED),

@@ -12,12 +12,13 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NotRequired, Required, get_args, get_origin, get_type_hints
 
 from tutorial_utils.display.tables import cell_text, columns_table, markdown_cell
 
 __all__ = [
     "Column",
+    "columns_of",
     "DRY_RUN",
     "FAILED",
     "MEASURED",
@@ -29,6 +30,7 @@ __all__ = [
     "render_table",
     "report_data",
     "SectionResult",
+    "Shown",
     "SKIPPED",
     "Status",
     "status_text",
@@ -52,6 +54,29 @@ class Column:
     key: str
     fmt: str = "{}"
     source: str | None = None
+
+
+@dataclass(frozen=True)
+class Shown:
+    """How a row's field is shown in a report table, written once on the field of the row's
+    TypedDict as ``Annotated[T, Shown(header, fmt, source)]`` (source None: a name or a setting)."""
+
+    header: str
+    fmt: str = "{}"
+    source: str | None = None
+
+
+def columns_of(row_type: type) -> list[Column]:
+    """The table columns a row's TypedDict declares, in the order of its fields (a base's first):
+    one per field annotated ``Annotated[T, Shown(...)]``, ``NotRequired`` around it or not."""
+    columns = []
+    for key, hint in get_type_hints(row_type, include_extras=True).items():
+        while get_origin(hint) in (NotRequired, Required):
+            hint = get_args(hint)[0]
+        for mark in getattr(hint, "__metadata__", ()):
+            if isinstance(mark, Shown):
+                columns.append(Column(mark.header, key, mark.fmt, mark.source))
+    return columns
 
 
 @dataclass
