@@ -6,12 +6,13 @@ The prediction half runs anywhere (``predicted_counters``); ``allocator_rows`` n
 
 from __future__ import annotations
 
-from typing import Annotated, TypedDict
+from typing import Annotated
 
 import torch
 
 from tutorial_utils.estimate.estimator import Workload, build_model, train_step
 from tutorial_utils.estimate.strategies import parse_strategy
+from tutorial_utils.gpu_check.estimate import WorkloadRow
 from tutorial_utils.gpu_check.report import (
     MEASURED,
     Outcome,
@@ -51,11 +52,7 @@ RESERVED_TOLERANCE = 0.05
 PREDICTED = "predicted: dry run replayed through the emulated allocator"
 
 
-class AllocatorRow(TypedDict):
-    model: Annotated[str, Shown("model")]
-    shape: Annotated[str, Shown("batch x size")]
-    precision: Annotated[str, Shown("precision")]
-    strategy: Annotated[str, Shown("strategy")]
+class AllocatorRow(WorkloadRow):
     predicted_allocated_mib: Annotated[float, Shown("allocated MiB", "{:.1f}", PREDICTED)]
     cuda_allocated_mib: Annotated[float, Shown("max_memory_allocated MiB", "{:.1f}", MEASURED)]
     allocated_error: Annotated[float | None, Shown("error", "{:+.2%}", PREDICTED)]

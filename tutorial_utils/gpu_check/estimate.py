@@ -20,7 +20,14 @@ from tutorial_utils.gpu_check.report import (
 from tutorial_utils.gpu_check.runner import Budget, Section, free_cuda_memory
 from tutorial_utils.units import MiB
 
-__all__ = ["ESTIMATE_CHECKS", "estimate_outcome", "estimate_rows", "EstimateRow", "SECTION"]
+__all__ = [
+    "WorkloadRow",
+    "ESTIMATE_CHECKS",
+    "estimate_outcome",
+    "estimate_rows",
+    "EstimateRow",
+    "SECTION",
+]
 
 # (workload, strategy) pairs ``python -m tutorial_utils estimate`` answers, small enough for any
 # GPU: a LoRA Llama under CUDA autocast (the emulated cast policy), a fully trained GPT-2 in bf16,
@@ -33,11 +40,16 @@ ESTIMATE_CHECKS = (
 ESTIMATE_TOLERANCE = 0.02  # kernels' workspaces (cuBLAS, cuDNN) are in CUDA's peak only
 
 
-class EstimateRow(TypedDict):
+class WorkloadRow(TypedDict):
+    """What ran, as the estimate and the allocator sections' tables both begin."""
+
     model: Annotated[str, Shown("model")]
     shape: Annotated[str, Shown("batch x size")]
     precision: Annotated[str, Shown("precision")]
     strategy: Annotated[str, Shown("strategy")]
+
+
+class EstimateRow(WorkloadRow):
     estimate_mib: Annotated[float, Shown("estimate MiB, 512 B blocks", "{:.1f}", DRY_RUN)]
     tracked_peak_mib: Annotated[float, Shown("tracked peak MiB", "{:.1f}", MEASURED)]
     cuda_peak_allocated_mib: Annotated[
