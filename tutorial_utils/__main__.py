@@ -165,6 +165,13 @@ def add_estimate_parser(commands) -> None:
         "--shard", choices=("fsdp2", "ddp"), help="with --gpus: FSDP2's fully_shard or DDP"
     )
     estimate.add_argument(
+        "--snapshot",
+        metavar="FILE",
+        help="write each strategy's replayed step as a CUDA memory snapshot (the format of "
+        "torch.cuda.memory._dump_snapshot) to open at pytorch.org/memory_viz: FILE itself for "
+        "one strategy, FILE's name plus -STRATEGY for several",
+    )
+    estimate.add_argument(
         "--jobs",
         type=positive_int,
         default=min(2, os.cpu_count() or 1),
@@ -255,6 +262,8 @@ def run_estimate(args: argparse.Namespace) -> int:
     print(f"building {workload.model} on the meta device...", file=sys.stderr, flush=True)
     result = estimate(workload, strategies, card, search=False, jobs=args.jobs)
     print(estimate_table(result), flush=True)
+    if args.snapshot:
+        write_snapshots(result, args.snapshot)
     if args.no_search:
         return 0
     print(
@@ -263,6 +272,23 @@ def run_estimate(args: argparse.Namespace) -> int:
     search_largest(result, progress=progress)
     print("\n" + estimate_table(result))
     return 0
+
+
+def write_snapshots(result, path: str) -> None:
+    """``--snapshot``: each measured strategy's step, replayed, as a memory snapshot."""
+    from pathlib import Path
+
+    from tutorial_utils.estimate.snapshot import write_step_snapshot
+
+    rows = [row for row in result.rows if row.report is not None]
+    target = Path(path).expanduser()
+    for row in rows:
+        name = row.strategy.name.replace(" ", "-").replace("/", "-")
+        file = target if len(rows) == 1 else target.with_stem(f"{target.stem}-{name}")
+        written = write_step_snapshot(
+            result.workload, row.strategy, result.card, file, model=result.model
+        )
+        print(f"wrote {written} (open it at pytorch.org/memory_viz)", file=sys.stderr)
 
 
 def run_train(args: argparse.Namespace) -> int:
