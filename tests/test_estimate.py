@@ -356,3 +356,16 @@ def test_a_config_that_is_not_a_causal_lm(tmp_path, capsys):
 def test_the_autocast_dtype_follows_the_card(monkeypatch, card, bf16_supported, precision):
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", bf16_supported)
     assert cuda_autocast_precision() == precision, card
+
+
+def test_lora_dropout_keeps_a_dropped_input_per_projection(tiny_config):
+    """``--lora-dropout``: the dry run equals a CPU step, and keeps more than at 0.0 (each
+    adapted projection keeps its own dropped input and a mask, where at 0.0 they share one)."""
+    peaks = []
+    for dropout in (0.0, 0.1):
+        workload = Workload(f"hf:{tiny_config('llama')}", batch=2, size=64, precision="fp32",
+                            lora_rank=4, lora_dropout=dropout, optimizer="sgd")  # fmt: skip
+        real, dry, model = real_and_dry(workload, parse_strategy("none"))
+        assert real.breakdown == dry.breakdown
+        peaks.append(dry.breakdown["activations"])
+    assert peaks[1] > peaks[0]

@@ -123,6 +123,25 @@ def add_estimate_parser(commands) -> None:
         "--lora-targets", help="comma-separated module names (default: attention projections)"
     )
     estimate.add_argument(
+        "--lora-dropout",
+        type=float,
+        default=0.0,
+        metavar="P",
+        help="LoraConfig's lora_dropout (default 0.0; recipes often use 0.05-0.1: each adapted "
+        "projection then keeps its own dropped input and a mask)",
+    )
+    estimate.add_argument(
+        "--qlora-recipe",
+        choices=("peft", "trl-bf16", "no-upcast"),
+        default="peft",
+        help="with --precision nf4, how the rest is cast: peft = peft 0.21's "
+        "prepare_model_for_kbit_training alone (all else fp32, no autocast; the default); "
+        "trl-bf16 = TRL 0.8-0.25's SFTTrainer(bf16=True): that, then "
+        "trl.trainer.utils.peft_module_casting_to_bf16 (embeddings, head bf16) under bf16 "
+        "autocast; no-upcast = TRL 0.26+'s SFTTrainer(bf16=True): weights and adapters bf16, "
+        "under bf16 autocast",
+    )
+    estimate.add_argument(
         "--strategies",
         default="none,every-block,every-2,selective,offload",
         help="comma-separated: none, every-block, every-N (every N-th block), selective "
@@ -230,6 +249,8 @@ def estimate_workload(args: argparse.Namespace):
         lora_rank=args.lora or 0,
         lora_targets=targets,
         num_classes=args.num_classes,
+        lora_dropout=args.lora_dropout,
+        qlora_recipe=args.qlora_recipe,
     )
     strategies = [parse_strategy(s) for s in args.strategies.split(",") if s.strip()]
     if not strategies:

@@ -43,6 +43,7 @@ from tutorial_utils.measurement.tracker import MemoryLimitExceeded
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 PRECISIONS = ("fp32", "bf16", "fp16", "amp-bf16", "amp-fp16")
 QLORA = "nf4"  # a 4-bit base with LoRA (QLoRA), emulated by ``estimate.qlora``
+QLORA_RECIPE_NAMES = ("peft", "trl-bf16", "no-upcast")  # ``qlora.QLORA_RECIPES``' keys
 
 
 def cuda_autocast_precision() -> str:
@@ -51,15 +52,21 @@ def cuda_autocast_precision() -> str:
     return "amp-bf16" if torch.cuda.is_bf16_supported(including_emulation=False) else "amp-fp16"
 
 
-def describe_precision(precision: str) -> str:
+_RECIPE_WORDS = {
+    "peft": "other weights and adapters fp32 (peft's prepare_model_for_kbit_training)",
+    "trl-bf16": "embeddings and head bf16, norms and adapters fp32, under autocast(bf16) "
+    "(TRL <=0.25 SFTTrainer, bf16=True)",
+    "no-upcast": "other weights and adapters bf16, under autocast(bf16) (TRL >=0.26 "
+    "SFTTrainer, bf16=True)",
+}
+
+
+def describe_precision(precision: str, qlora_recipe: str = "peft") -> str:
     """How each figure's step ran, in words."""
     if precision.startswith("amp-"):
         return f"fp32 weights, forward under autocast({precision[4:]}) (CUDA's cast policy)"
     if precision == QLORA:
-        return (
-            "QLoRA: NF4 4-bit base as bitsandbytes stores it (double quantization, bf16 "
-            "compute), other weights fp32 (peft's prepare_model_for_kbit_training)"
-        )
+        return f"QLoRA: NF4 4-bit base (double quantization), {_RECIPE_WORDS[qlora_recipe]}"
     return f"pure {precision}: weights, gradients and activations in {precision}"
 
 
@@ -77,6 +84,8 @@ class Workload:
     lora_targets: tuple[str, ...] = ()
     num_classes: int = 1000
     autocast_policy: str = "cuda"  # whose casts a dry run under autocast follows
+    lora_dropout: float = 0.0  # LoraConfig.lora_dropout
+    qlora_recipe: str = "peft"  # with nf4: how the rest is cast (``qlora.QLORA_RECIPES``)
 
     def __post_init__(self) -> None:
         kind, _, name = self.model.partition(":")
@@ -98,6 +107,17 @@ class Workload:
             raise ValueError("nf4 (QLoRA) trains LoRA adapters on a 4-bit base: add --lora RANK")
         if self.optimizer not in ("adamw", "sgd"):
             raise ValueError(f"optimizer must be adamw or sgd, got {self.optimizer!r}")
+        if not 0.0 <= self.lora_dropout < 1.0:
+            raise ValueError(f"--lora-dropout must be in [0, 1), got {self.lora_dropout}")
+        if self.lora_dropout and not self.lora_rank:
+            raise ValueError("--lora-dropout needs --lora RANK")
+        if self.qlora_recipe not in QLORA_RECIPE_NAMES:
+            raise ValueError(
+                f"--qlora-recipe must be one of {', '.join(QLORA_RECIPE_NAMES)}, "
+                f"got {self.qlora_recipe!r}"
+            )
+        if self.qlora_recipe != "peft" and self.precision != QLORA:
+            raise ValueError("--qlora-recipe is for --precision nf4 (QLoRA)")
         if self.lora_rank < 0:
             raise ValueError(
                 f"LoRA rank must be 0 (full fine-tuning) or more, got {self.lora_rank}"
@@ -118,6 +138,8 @@ class Workload:
         return torch.float32 if self.precision.startswith("amp-") else DTYPES[self.precision]
 
     def autocast(self) -> EmulatedAutocast | None:
+        if self.precision == QLORA and self.qlora_recipe != "peft":  # TRL's bf16=True
+            return EmulatedAutocast(torch.bfloat16, POLICIES[self.autocast_policy])
         if not self.precision.startswith("amp-"):
             return None
         return EmulatedAutocast(DTYPES[self.precision[4:]], POLICIES[self.autocast_policy])
@@ -157,7 +179,13 @@ def build_model(workload: Workload, device: str = "meta") -> nn.Module:
             )
         from tutorial_utils.estimate.qlora import build_qlora
 
-        return build_qlora(load_config(name), workload.lora_rank, workload.lora_targets or None)
+        return build_qlora(
+            load_config(name),
+            workload.lora_rank,
+            workload.lora_targets or None,
+            recipe=workload.qlora_recipe,
+            dropout=workload.lora_dropout,
+        )
     if kind == "hf":
         model = build_causal_lm(load_config(name), device, workload.weight_dtype)
     else:
@@ -169,7 +197,9 @@ def build_model(workload: Workload, device: str = "meta") -> nn.Module:
             device=device,
         )
     if workload.lora_rank:
-        model = add_lora(model, workload.lora_rank, workload.lora_targets or None)
+        model = add_lora(
+            model, workload.lora_rank, workload.lora_targets or None, dropout=workload.lora_dropout
+        )
     return model.train()
 
 

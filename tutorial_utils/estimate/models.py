@@ -251,6 +251,7 @@ def add_lora(
     targets: Sequence[str] | None = None,
     *,
     start_trained: bool = False,
+    dropout: float = 0.0,
     custom_modules: dict[type[nn.Module], type[nn.Module]] | None = None,
 ) -> nn.Module:
     """LoRA adapters (``peft``, alpha = 2 x rank) on a frozen base: only the adapters train.
@@ -259,6 +260,8 @@ def add_lora(
     adapter's B at zero, which makes A's first gradient exactly zero; ``start_trained`` draws B
     as after some training, so every adapter has a gradient (for comparing gradients).
     ``custom_modules`` maps base layer types peft does not know to their LoRA layers.
+    ``dropout`` is ``LoraConfig.lora_dropout``: above 0 each adapted projection keeps its own
+    dropped copy of the input and a mask, where at 0 they share the input.
     """
     with quiet_bitsandbytes():
         from peft import LoraConfig, get_peft_model
@@ -271,7 +274,7 @@ def add_lora(
     ]
     if missing:
         raise ValueError(f"no module named {', '.join(missing)} in {type(model).__name__}")
-    config = LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=targets, lora_dropout=0.0)
+    config = LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=targets, lora_dropout=dropout)
     if custom_modules:
         config._register_custom_module(custom_modules)
     device = next(model.parameters()).device

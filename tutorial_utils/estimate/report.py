@@ -26,10 +26,10 @@ def describe_workload(result: Estimate) -> str:
     if w.lora_rank:
         targets = ",".join(w.lora_targets) if w.lora_targets else "attention projections"
         tuning = f"LoRA rank {w.lora_rank} on {targets}"
+        if w.lora_dropout:
+            tuning += f", dropout {w.lora_dropout:g}"
     optimizer = "AdamW" if w.optimizer == "adamw" else "SGD, momentum 0.9"
-    return (
-        f"step: batch {w.batch} x {size}; {describe_precision(w.precision)}; {optimizer}; {tuning}"
-    )
+    return f"step: batch {w.batch} x {size}; {describe_precision(w.precision, w.qlora_recipe)}; {optimizer}; {tuning}"
 
 
 def estimate_table(result: Estimate) -> str:
