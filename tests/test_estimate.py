@@ -369,3 +369,16 @@ def test_lora_dropout_keeps_a_dropped_input_per_projection(tiny_config):
         assert real.breakdown == dry.breakdown
         peaks.append(dry.breakdown["activations"])
     assert peaks[1] > peaks[0]
+
+
+def test_the_trainers_loop_frees_the_logits_before_backward(tiny_config):
+    """``--loop trainer`` (the default) against ``--loop plain``: the peak falls by the logits
+    (batch x sequence x vocabulary, bf16), which a plain loop keeps through backward."""
+    peaks = {}
+    for loop in ("plain", "trainer"):
+        workload = Workload(f"hf:{tiny_config('llama')}", batch=2, size=64, precision="bf16",
+                            loop=loop)  # fmt: skip
+        peaks[loop] = train_step(build_model(workload), workload, parse_strategy("every-block"))
+    logits_bytes = 2 * 64 * 500 * 2
+    assert peaks["plain"].peak_bytes - peaks["trainer"].peak_bytes == logits_bytes
+    assert Workload("hf:gpt2").loop == "trainer"

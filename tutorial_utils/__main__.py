@@ -184,6 +184,14 @@ def add_estimate_parser(commands) -> None:
         "--shard", choices=("fsdp2", "ddp"), help="with --gpus: FSDP2's fully_shard or DDP"
     )
     estimate.add_argument(
+        "--loop",
+        choices=("trainer", "plain"),
+        default="trainer",
+        help="the training loop a language model's step follows: trainer = transformers' "
+        "Trainer and TRL (the logits are freed before backward; the default), plain = "
+        "outputs = model(ids); loss.backward() (the logits live through backward)",
+    )
+    estimate.add_argument(
         "--snapshot",
         metavar="FILE",
         help="write each strategy's replayed step as a CUDA memory snapshot (the format of "
@@ -251,6 +259,7 @@ def estimate_workload(args: argparse.Namespace):
         num_classes=args.num_classes,
         lora_dropout=args.lora_dropout,
         qlora_recipe=args.qlora_recipe,
+        loop=args.loop,
     )
     strategies = [parse_strategy(s) for s in args.strategies.split(",") if s.strip()]
     if not strategies:

@@ -44,6 +44,13 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 PRECISIONS = ("fp32", "bf16", "fp16", "amp-bf16", "amp-fp16")
 QLORA = "nf4"  # a 4-bit base with LoRA (QLoRA), emulated by ``estimate.qlora``
 QLORA_RECIPE_NAMES = ("peft", "trl-bf16", "no-upcast")  # ``qlora.QLORA_RECIPES``' keys
+# The training loop a language model's step follows: what is alive during backward.
+LOOPS = {
+    "trainer": "transformers' Trainer (and TRL's): compute_loss returns the loss alone, so the "
+    "model's outputs, the logits among them, are freed before backward",
+    "plain": "a plain loop (outputs = model(ids); loss = ...; loss.backward()): the outputs, the "
+    "logits among them, stay alive through backward",
+}
 
 
 def cuda_autocast_precision() -> str:
@@ -86,6 +93,7 @@ class Workload:
     autocast_policy: str = "cuda"  # whose casts a dry run under autocast follows
     lora_dropout: float = 0.0  # LoraConfig.lora_dropout
     qlora_recipe: str = "peft"  # with nf4: how the rest is cast (``qlora.QLORA_RECIPES``)
+    loop: str = "trainer"  # a language model's training loop (``LOOPS``)
 
     def __post_init__(self) -> None:
         kind, _, name = self.model.partition(":")
@@ -118,6 +126,8 @@ class Workload:
             )
         if self.qlora_recipe != "peft" and self.precision != QLORA:
             raise ValueError("--qlora-recipe is for --precision nf4 (QLoRA)")
+        if self.loop not in LOOPS:
+            raise ValueError(f"--loop must be one of {', '.join(LOOPS)}, got {self.loop!r}")
         if self.lora_rank < 0:
             raise ValueError(
                 f"LoRA rank must be 0 (full fine-tuning) or more, got {self.lora_rank}"
@@ -256,7 +266,9 @@ def train_step(
     device = next(model.parameters()).device.type
     inputs, targets = batch_for(workload, model, device)
     autocast = autocast if autocast is not None else workload.autocast()
-    loss_fn = next_token_loss if workload.is_language_model else nn.CrossEntropyLoss()
+    loss_fn: Callable[..., torch.Tensor] = nn.CrossEntropyLoss()
+    if workload.is_language_model:
+        loss_fn = trainer_loss if workload.loop == "trainer" else next_token_loss
     return measure_step(
         model,
         inputs,
@@ -272,6 +284,18 @@ def train_step(
         record_timeline=record_timeline,
         record_allocations=record_allocations,
     )
+
+
+def trainer_loss(outputs: Any, token_ids: torch.Tensor) -> torch.Tensor:
+    """``next_token_loss``, as the Trainer's ``compute_loss`` leaves the outputs: the logits
+    are taken out of them, so that only what autograd saved outlives the loss."""
+    logits = outputs.logits
+    if isinstance(outputs, dict):  # a ModelOutput: drop its entry and its attribute
+        dict.__delitem__(outputs, "logits")
+        object.__setattr__(outputs, "logits", None)
+    loss = next_token_loss(logits, token_ids)
+    del logits
+    return loss
 
 
 def predict_allocator(log: AllocationLog, card: Card) -> AllocatorPrediction:

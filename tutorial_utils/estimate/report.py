@@ -29,6 +29,8 @@ def describe_workload(result: Estimate) -> str:
         if w.lora_dropout:
             tuning += f", dropout {w.lora_dropout:g}"
     optimizer = "AdamW" if w.optimizer == "adamw" else "SGD, momentum 0.9"
+    if w.is_language_model:
+        optimizer += "; " + ("Trainer's loop" if w.loop == "trainer" else "plain loop")
     return f"step: batch {w.batch} x {size}; {describe_precision(w.precision, w.qlora_recipe)}; {optimizer}; {tuning}"
 
 
