@@ -149,10 +149,13 @@ def allocating_events(timeline) -> list[tuple[str, int]]:
 
 
 def test_checkpointing_and_autocast_change_the_peak(tiny_config):
-    """The comparisons above are not of identical runs: each setting moves the figure."""
+    """The comparisons above are not of identical runs: each setting moves the figure (in a
+    plain loop: in the Trainer's, two of these tiny steps peak in the optimizer step alike)."""
     peaks = {}
     for precision in ("fp32", "amp-bf16"):
-        workload = Workload(f"hf:{tiny_config('llama')}", batch=2, size=64, precision=precision)
+        workload = Workload(
+            f"hf:{tiny_config('llama')}", batch=2, size=64, precision=precision, loop="plain"
+        )
         model = build_model(workload)
         for kind in ("none", "every-block"):
             peaks[precision, kind] = train_step(model, workload, parse_strategy(kind)).peak_bytes
@@ -217,6 +220,11 @@ def test_estimate_table_says_what_ran(tiny_config):
     text = estimate_table(result)
     assert "dry run (meta device)" in text and "autocast(bf16)" in text
     assert "GPU-only" in text and "0.10 GiB held back" in text
+    assert max(len(line) for line in text.splitlines()) <= 120
+    lines = text.splitlines()  # caveats once, below the table; a tiny model's figures in MiB
+    table_end = next(i for i, line in enumerate(lines) if line.startswith("every block,"))
+    assert "dry run (meta device)" in "\n".join(lines[table_end:])
+    assert "MiB;" in text and "dry run (meta device)" not in "\n".join(lines[:table_end])
     none, every, offload = result.rows
     assert every.flops_ratio > 1 and none.flops_ratio == 1
     assert offload.report is None and every.largest == 256
@@ -236,7 +244,7 @@ def test_the_table_shows_allocated_and_reserved_and_fits_by_the_replay(tiny_conf
     assert row.fits and predicted.margin_bytes == roomy.budget_bytes - predicted.max_reserved_bytes
     header = estimate_table(result).splitlines()
     columns = next(line for line in header if line.startswith("strategy")).split()
-    assert columns[columns.index("tensors") :][:3] == ["tensors", "allocated", "reserved"]
+    assert columns[columns.index("alloc") :][:3] == ["alloc", "reserved", "smi"]
     assert "H100" in estimate_table(result) and "quoted, not measured" in estimate_table(result)
     # a budget of exactly the allocated peak holds the tensors but not the segments around them
     tight = Card("tight", predicted.max_allocated_bytes + roomy.context_bytes, gpu="h100")
@@ -314,9 +322,9 @@ def test_command_replays_the_allocator_of_the_gpu_asked_for(tiny_config, capsys)
     arguments = ["estimate", "--hf-config", tiny_config("llama"), "--seq", "64"]
     arguments += ["--strategies", "none", "--card", "1GB", "--no-search"]
     assert main([*arguments, "--gpu", "h100", "--expandable-segments"]) == 0
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # the caveats are wrapped at 120 columns
     assert "(H100)" in out and "expandable segments; cuBLAS workspaces 32 MiB" in out
-    assert "quoted, not measured" in out and "allocated reserved" in out
+    assert "quoted, not measured" in out and "alloc reserved smi" in out
 
 
 def test_a_hub_model_offline_fails_in_seconds(monkeypatch, capsys):
@@ -382,3 +390,17 @@ def test_the_trainers_loop_frees_the_logits_before_backward(tiny_config):
     logits_bytes = 2 * 64 * 500 * 2
     assert peaks["plain"].peak_bytes - peaks["trainer"].peak_bytes == logits_bytes
     assert Workload("hf:gpt2").loop == "trainer"
+
+
+def test_json_has_every_figure_with_its_unit(tiny_config, capsys):
+    argv = ["estimate", "--hf-config", tiny_config("llama"), "--seq", "64", "--gpu", "l4"]
+    assert main([*argv, "--strategies", "none,offload", "--no-search", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    measured, offload = record["strategies"]
+    assert measured["fits"] is True and offload["measured"] is False
+    for key in ("activations_bytes", "predicted_max_reserved_bytes", "predicted_step_seconds"):
+        assert measured[key] > 0
+    assert measured["predicted_nvidia_smi_bytes"] == (
+        measured["predicted_max_reserved_bytes"] + record["card"]["cuda_context_bytes"]
+    )
+    assert record["workload"]["loop"] == "trainer"

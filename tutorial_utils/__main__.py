@@ -192,6 +192,11 @@ def add_estimate_parser(commands) -> None:
         "outputs = model(ids); loss.backward() (the logits live through backward)",
     )
     estimate.add_argument(
+        "--json",
+        action="store_true",
+        help="print every figure as JSON (units in the field names) instead of the table",
+    )
+    estimate.add_argument(
         "--snapshot",
         metavar="FILE",
         help="write each strategy's replayed step as a CUDA memory snapshot (the format of "
@@ -280,6 +285,8 @@ def run_estimate(args: argparse.Namespace) -> int:
                 "--precision nf4 with --shard fsdp2 is not emulated (FSDP-QLoRA shards the 4-bit "
                 "weights in bnb_4bit_quant_storage's dtype); --shard ddp or one GPU"
             )
+        if args.json or args.snapshot:
+            raise ValueError("--json and --snapshot are for one GPU so far: drop --gpus/--shard")
         from tutorial_utils.estimate.sharded import run_sharded
 
         return run_sharded(workload, strategies, card, args.gpus, args.shard)
@@ -291,16 +298,19 @@ def run_estimate(args: argparse.Namespace) -> int:
 
     print(f"building {workload.model} on the meta device...", file=sys.stderr, flush=True)
     result = estimate(workload, strategies, card, search=False, jobs=args.jobs)
-    print(estimate_table(result), flush=True)
+    if not args.json:
+        print(estimate_table(result), flush=True)
     if args.snapshot:
         write_snapshots(result, args.snapshot)
-    if args.no_search:
-        return 0
-    print(
-        "\nsearching the largest size that fits (dry runs; --no-search skips)...", file=sys.stderr
-    )
-    search_largest(result, progress=progress)
-    print("\n" + estimate_table(result))
+    if not args.no_search:
+        print("\nsearching the largest size that fits (--no-search skips)...", file=sys.stderr)
+        search_largest(result, progress=progress)
+        if not args.json:
+            print("\n" + estimate_table(result))
+    if args.json:
+        from tutorial_utils.estimate.record import estimate_record
+
+        print(json.dumps(estimate_record(result), indent=2))
     return 0
 
 

@@ -25,7 +25,13 @@ import torch.nn as nn
 
 from tutorial_utils.checkpointing.strategy import Strategy
 from tutorial_utils.estimate.card import Card
-from tutorial_utils.estimate.gpu_step import GpuRun, as_gpu_runs, gpu_run
+from tutorial_utils.estimate.gpu_step import (
+    GpuRun,
+    as_gpu_runs,
+    describe_rules,
+    gpu_run,
+    quoted_machine,
+)
 from tutorial_utils.estimate.models import (
     add_lora,
     build_causal_lm,
@@ -347,6 +353,8 @@ class Estimate:
     seconds: float | None = None  # wall time of the strategies' dry runs
     search_seconds: float | None = None
     model: nn.Module | None = field(default=None, repr=False)  # on meta, for more dry runs
+    time_source: str | None = None  # how step times were predicted; None: not predicted
+    attention_rules: str = ""  # whose kernel choice the dry runs' attention followed
 
 
 def estimate(
@@ -371,6 +379,9 @@ def estimate(
     started = time.perf_counter()
     model = model if model is not None else build_model(workload)
     result = Estimate(workload, card, describe_model(model), model=model)
+    machine = quoted_machine(card, workload.precision)
+    result.time_source = None if machine is None else machine.source
+    result.attention_rules = describe_rules(card)
     runnable = [strategy for strategy in strategies if not strategy.gpu_only]
     outcomes = dict(
         zip(runnable, _run_strategies(model, workload, card, runnable, jobs), strict=True)
