@@ -404,3 +404,17 @@ def test_json_has_every_figure_with_its_unit(tiny_config, capsys):
         measured["predicted_max_reserved_bytes"] + record["card"]["cuda_context_bytes"]
     )
     assert record["workload"]["loop"] == "trainer"
+
+
+@pytest.mark.parametrize("gpu", ["5090", "l40s", "a6000", "b200"])
+def test_the_2026_cards_have_sourced_facts_and_run(tiny_config, gpu):
+    from tutorial_utils.estimate.card import GPUS
+
+    model = GPUS[gpu]
+    assert model.sm is not None and model.memory_bytes and model.bandwidth
+    assert model.bf16_flops and model.fp32_flops and model.peaks_source
+    card = parse_card(None, gpu=gpu)
+    assert card.total_bytes == model.memory_bytes  # the card's memory when --card is not given
+    workload = Workload(f"hf:{tiny_config('llama')}", batch=1, size=64, precision="bf16")
+    (row,) = estimate(workload, [parse_strategy("every-block")], card, search=False).rows
+    assert row.fits and row.gpu is not None and row.gpu.predicted_seconds

@@ -10,7 +10,7 @@ import sys
 from typing import NoReturn
 
 from tutorial_utils.articles.profiles import PROFILES, get_profile
-from tutorial_utils.estimate.card import GPU_CHOICES
+from tutorial_utils.estimate.card import GPU_CHOICES, gpu_help
 
 # VGG16 halves its input five times (max-pooling): below 32 px a feature map vanishes.
 MIN_VGG16_IMAGE_SIZE = 32
@@ -156,10 +156,9 @@ def add_estimate_parser(commands) -> None:
         type=str.lower,
         choices=GPU_CHOICES,
         metavar="NAME",
-        help="the GPU model (t4, a10g, l4, a100-40gb, a100-80gb, h100, h200, 3090, 4090; any or "
-        "cpu: none named, the CPU's attention kernels): the SDPA kernel it runs (torch 2.14's "
-        "rules), its memory, its quoted peaks for the predicted step time, its quoted CUDA "
-        "context where one is quoted and cuBLAS's workspace size (32 MiB on H100/H200)",
+        help=f"the GPU model: {gpu_help()}; any or cpu: none named, the CPU's attention "
+        "kernels. It sets the SDPA kernel the dry run keeps, the card's memory, its quoted peaks "
+        "for the predicted step time and cuBLAS's workspace (32 MiB on sm90)",
     )
     estimate.add_argument(
         "--reserve",
