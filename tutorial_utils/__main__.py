@@ -95,6 +95,14 @@ def add_estimate_parser(commands) -> None:
         "checkpointing, whether it fits the card, and the largest size that does.",
         epilog=ESTIMATE_EXAMPLE,
     )
+    _add_model_arguments(estimate)
+    _add_training_arguments(estimate)
+    _add_gpu_arguments(estimate)
+    _add_run_arguments(estimate)
+
+
+def _add_model_arguments(estimate: argparse.ArgumentParser) -> None:
+    """What model, at what size."""
     model = estimate.add_mutually_exclusive_group(required=True)
     model.add_argument(
         "--hf-preset", help="llama-3.2-1b, llama-3.1-8b, qwen2.5-7b, mistral-7b, gpt2"
@@ -108,6 +116,10 @@ def add_estimate_parser(commands) -> None:
     )
     estimate.add_argument("--image-size", type=positive_int, help="image side in px (default 224)")
     estimate.add_argument("--num-classes", type=positive_int, default=1000, help="classifier head")
+
+
+def _add_training_arguments(estimate: argparse.ArgumentParser) -> None:
+    """How it trains: precision, optimizer, LoRA, QLoRA's recipe, the loop, the strategies."""
     estimate.add_argument(
         "--precision",
         choices=("fp32", "bf16", "fp16", "amp-bf16", "amp-fp16", "nf4"),
@@ -147,6 +159,10 @@ def add_estimate_parser(commands) -> None:
         help="comma-separated: none, every-block, every-N (every N-th block), selective "
         "(save matmuls and convolutions), offload (GPU-only: listed, not measured)",
     )
+
+
+def _add_gpu_arguments(estimate: argparse.ArgumentParser) -> None:
+    """Which card: its memory, its model, what is held back, the allocator's mode, N GPUs."""
     estimate.add_argument(
         "--card", help="the GPU's memory, e.g. 24GB, 80GB (default: the --gpu's, else 24GB)"
     )
@@ -172,6 +188,10 @@ def add_estimate_parser(commands) -> None:
         action="store_true",
         help="replay the allocator as PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True runs it",
     )
+
+
+def _add_run_arguments(estimate: argparse.ArgumentParser) -> None:
+    """The search, the output (--json, --snapshot) and the processes."""
     estimate.add_argument("--no-search", action="store_true", help="skip the largest-fit search")
     estimate.add_argument(
         "--gpus",

@@ -18,6 +18,21 @@ from tutorial_utils.measurement.allocator import (
 )
 from tutorial_utils.units import GiB
 
+__all__ = [
+    "ALIASES",
+    "ANY_GPU_CONTEXT_BYTES",
+    "ANY_GPU_CONTEXT_SOURCE",
+    "Card",
+    "FROM_GPU",
+    "GPUS",
+    "GPU_CHOICES",
+    "GpuModel",
+    "gpu_help",
+    "parse_bytes",
+    "parse_card",
+]
+
+
 # The CUDA context, quoted (not measured here). A figure for a GPU model where one was found;
 # the figure for any GPU since CUDA 11.7's lazy module loading (PyTorch's default since 1.13)
 # otherwise: the larger of two quotes by the same maintainer ("~300MB" in

@@ -46,6 +46,32 @@ from tutorial_utils.measurement.autocast import POLICIES, EmulatedAutocast
 from tutorial_utils.measurement.step import StepReport, measure_step, next_token_loss
 from tutorial_utils.measurement.tracker import MemoryLimitExceeded
 
+__all__ = [
+    "DTYPES",
+    "Estimate",
+    "LOOPS",
+    "Outcome",
+    "PRECISIONS",
+    "QLORA",
+    "QLORA_RECIPE_NAMES",
+    "StrategyEstimate",
+    "Workload",
+    "batch_for",
+    "build_model",
+    "cuda_autocast_precision",
+    "describe_precision",
+    "dry_run_and_real_step",
+    "estimate",
+    "largest_fit",
+    "load_config",
+    "make_optimizer",
+    "predict_allocator",
+    "search_largest",
+    "train_step",
+    "trainer_loss",
+]
+
+
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 PRECISIONS = ("fp32", "bf16", "fp16", "amp-bf16", "amp-fp16")
 QLORA = "nf4"  # a 4-bit base with LoRA (QLoRA), emulated by ``estimate.qlora``

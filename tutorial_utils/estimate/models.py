@@ -26,6 +26,27 @@ from tutorial_utils.network import reachable
 if TYPE_CHECKING:
     from transformers.modeling_layers import GradientCheckpointingLayer
 
+__all__ = [
+    "ATTENTION",
+    "ATTENTION_PROJECTIONS",
+    "DEFAULT_LORA_TARGETS",
+    "HUB_PROBE_TIMEOUT_S",
+    "PRESETS",
+    "add_lora",
+    "build_causal_lm",
+    "build_torchvision",
+    "config_from_file",
+    "config_from_hub",
+    "decoder_blocks",
+    "default_lora_targets",
+    "describe_model",
+    "hub_reachable",
+    "preset_config",
+    "quiet_bitsandbytes",
+    "trainable_parameters",
+]
+
+
 ATTENTION = "sdpa"  # what transformers picks by default, and what users run
 
 # Published configs (the config.json beside each model's weights), sizes only: the fields that

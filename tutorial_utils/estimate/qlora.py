@@ -48,6 +48,25 @@ from torch.utils.flop_counter import register_flop_formula
 from tutorial_utils.estimate.models import add_lora, build_causal_lm, quiet_bitsandbytes
 from tutorial_utils.measurement.flops import FORMULAS
 
+__all__ = [
+    "BLOCK",
+    "COMPUTE_DTYPE",
+    "Linear4bitOnMeta",
+    "NESTED_BLOCK",
+    "NESTED_CODES",
+    "NF4_CODES",
+    "QLORA_RECIPES",
+    "QLORA_RECIPE_NAMES",
+    "QUANTIZED_FROM",
+    "QuantizedStorage",
+    "blocks",
+    "build_qlora",
+    "linear_4bit",
+    "quantize_on_meta",
+    "quantized_storage_bytes",
+]
+
+
 BLOCK = 64  # weights per absmax: bitsandbytes' default blocksize for 4-bit
 NESTED_BLOCK = 256  # absmax values per second-level absmax (double quantization)
 NF4_CODES = 16  # the NF4 table: float32 values the 4-bit codes index

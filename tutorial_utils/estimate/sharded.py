@@ -52,6 +52,21 @@ from tutorial_utils.measurement.step import next_token_loss
 from tutorial_utils.measurement.tracker import CATEGORIES
 from tutorial_utils.units import GiB
 
+__all__ = [
+    "Batch",
+    "COLUMNS",
+    "DDP_BUCKET_CAP_MB",
+    "RankReport",
+    "SHARDS",
+    "Shard",
+    "ddp_bucket_sizes",
+    "estimate_rank",
+    "rank_step",
+    "rank_table",
+    "run_sharded",
+]
+
+
 Shard = Literal["fsdp2", "ddp"]
 SHARDS: tuple[Shard, ...] = get_args(Shard)
 DDP_BUCKET_CAP_MB = 25  # DistributedDataParallel's default bucket_cap_mb
@@ -133,18 +148,7 @@ def rank_step(
         with FakeTensorMode(allow_non_fake_inputs=True):
             _to_fake_cpu(model)
             with checkpointing(model) if checkpointing else contextlib.nullcontext():
-                bucket_bytes: list[int] = []
-                if shard == "fsdp2":
-                    fully_shard = _fully_shard()
-                    options: dict[str, Any] = {"mesh": mesh}
-                    if reshard_after_forward is not None:  # else PyTorch's default
-                        options["reshard_after_forward"] = reshard_after_forward
-                    for block in blocks(model):
-                        fully_shard(block, **options)
-                    fully_shard(model, **options)
-                else:
-                    trained = [p for p in model.parameters() if p.requires_grad]
-                    bucket_bytes = ddp_bucket_sizes(trained)
+                bucket_bytes = _wrapped(model, blocks, shard, mesh, reshard_after_forward)
                 buckets = [torch.empty(n, dtype=torch.uint8) for n in bucket_bytes]
                 optimizer = optimizer_factory(model)
                 inputs, targets = batch(model)
@@ -160,6 +164,32 @@ def rank_step(
                 with tracker:
                     _step(model, inputs, targets, loss_fn, optimizer)
                 optimizer.zero_grad(set_to_none=True)
+    return _rank_report(tracker, shard, world_size, len(bucket_bytes))
+
+
+def _wrapped(
+    model: nn.Module,
+    blocks: Callable[[nn.Module], Sequence[nn.Module]],
+    shard: Shard,
+    mesh: Any,
+    reshard_after_forward: bool | None,
+) -> list[int]:
+    """FSDP2's ``fully_shard`` on every block, then the root; or DDP's bucket sizes (bytes)."""
+    if shard == "ddp":
+        return ddp_bucket_sizes([p for p in model.parameters() if p.requires_grad])
+    fully_shard = _fully_shard()
+    options: dict[str, Any] = {"mesh": mesh}
+    if reshard_after_forward is not None:  # else PyTorch's default
+        options["reshard_after_forward"] = reshard_after_forward
+    for block in blocks(model):
+        fully_shard(block, **options)
+    fully_shard(model, **options)
+    return []
+
+
+def _rank_report(
+    tracker: ShardedStepTracker, shard: Shard, world_size: int, ddp_buckets: int
+) -> RankReport:
     breakdown = {**tracker.breakdown_at_peak, **tracker.buffers_at_peak}
     forward_backward = max(
         (peak for phase, peak in tracker.phase_peak_bytes.items() if phase != "optimizer"),
@@ -172,7 +202,7 @@ def rank_step(
         forward_backward_peak_bytes=forward_backward,
         baseline_bytes=tracker.baseline_bytes,
         breakdown={c: breakdown[c] for c in (*CATEGORIES, *BUFFER_CATEGORIES)},
-        ddp_buckets=len(bucket_bytes),
+        ddp_buckets=ddp_buckets,
     )
 
 
