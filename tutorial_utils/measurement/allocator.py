@@ -512,7 +512,8 @@ def _run(
 ) -> None:
     for kind, key, nbytes in events:
         if kind == "malloc":
-            live[key] = allocator.malloc(nbytes)
+            if nbytes:  # a storage resized to nothing (FSDP2's resharding) holds no block
+                live[key] = allocator.malloc(nbytes)
         elif kind == "free":
             block = live.pop(key, None)
             if block is not None:  # None: a baseline storage the first step already freed
