@@ -292,7 +292,7 @@ def test_command_prints_the_table(tiny_config, capsys):
         )
         == 0
     )
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # the caveats are wrapped at 120 columns
     assert "Qwen2ForCausalLM" in out and "every block" in out and "not searched" in out
 
 
@@ -404,6 +404,7 @@ def test_json_has_every_figure_with_its_unit(tiny_config, capsys):
         measured["predicted_max_reserved_bytes"] + record["card"]["cuda_context_bytes"]
     )
     assert record["workload"]["loop"] == "trainer"
+    assert measured["kept_at_loss_logits_and_loss_bytes"] > 0
 
 
 @pytest.mark.parametrize("gpu", ["5090", "l40s", "a6000", "b200"])
@@ -418,3 +419,27 @@ def test_the_2026_cards_have_sourced_facts_and_run(tiny_config, gpu):
     workload = Workload(f"hf:{tiny_config('llama')}", batch=1, size=64, precision="bf16")
     (row,) = estimate(workload, [parse_strategy("every-block")], card, search=False).rows
     assert row.fits and row.gpu is not None and row.gpu.predicted_seconds
+
+
+def test_the_kept_activations_split_into_blocks_logits_and_the_rest(tiny_config):
+    """Measured in the dry run: checkpointing shrinks the blocks' part; the Trainer's loop
+    shrinks the logits' part by exactly the logits (batch x sequence x vocabulary, bf16)."""
+    from tutorial_utils.estimate.breakdown import KeptForBackward
+
+    kept = {}
+    for loop in ("plain", "trainer"):
+        workload = Workload(f"hf:{tiny_config('llama')}", batch=2, size=64, precision="bf16",
+                            loop=loop)  # fmt: skip
+        model = build_model(workload)
+        for strategy in ("none", "every-block"):
+            kept[loop, strategy] = KeptForBackward()
+            train_step(model, workload, parse_strategy(strategy), kept=kept[loop, strategy])
+    regions = {key: value.bytes_by_region for key, value in kept.items()}
+    assert regions["trainer", "every-block"]["blocks"] < regions["trainer", "none"]["blocks"]
+    logits = (
+        regions["plain", "none"]["logits_and_loss"] - regions["trainer", "none"]["logits_and_loss"]
+    )
+    assert logits == 2 * 64 * 500 * 2
+    assert (
+        regions["trainer", "every-block"]["rest"] > 0
+    )  # the embeddings, the first checkpoint's input

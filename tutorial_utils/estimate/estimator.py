@@ -24,6 +24,7 @@ import torch
 import torch.nn as nn
 
 from tutorial_utils.checkpointing.strategy import Strategy
+from tutorial_utils.estimate.breakdown import KeptForBackward
 from tutorial_utils.estimate.card import Card
 from tutorial_utils.estimate.gpu_step import (
     GpuRun,
@@ -290,32 +291,60 @@ def train_step(
     round_to_blocks: bool = False,
     record_timeline: bool = False,
     record_allocations: bool = False,
+    kept: KeptForBackward | None = None,
 ) -> StepReport:
     """One tracked training step of ``model`` (meta: a dry run; elsewhere: real) under
     ``strategy``, with the workload's optimizer and precision (``record_timeline``: live bytes
     after every op, to compare two steps op by op; ``record_allocations``: the allocation events,
-    for ``predict_allocator``)."""
+    for ``predict_allocator``; ``kept``: a language model's activations alive at the loss, by
+    region, filled in: ``breakdown``)."""
     device = next(model.parameters()).device.type
     inputs, targets = batch_for(workload, model, device)
     autocast = autocast if autocast is not None else workload.autocast()
     loss_fn: Callable[..., torch.Tensor] = nn.CrossEntropyLoss()
     if workload.is_language_model:
         loss_fn = trainer_loss if workload.loop == "trainer" else next_token_loss
-    return measure_step(
-        model,
-        inputs,
-        targets,
-        strategy,
-        optimizer_factory=lambda _: make_optimizer(workload, model),
-        loss_fn=loss_fn,
-        device=device,
-        time_step=False,
-        limit_bytes=limit_bytes,
-        autocast=autocast,
-        round_to_blocks=round_to_blocks,
-        record_timeline=record_timeline,
-        record_allocations=record_allocations,
-    )
+    remove_hooks = None
+    if kept is not None and workload.is_language_model:
+        loss_fn, remove_hooks = _recording_regions(model, loss_fn, kept)
+    try:
+        return measure_step(
+            model,
+            inputs,
+            targets,
+            strategy,
+            optimizer_factory=lambda _: make_optimizer(workload, model),
+            loss_fn=loss_fn,
+            device=device,
+            time_step=False,
+            limit_bytes=limit_bytes,
+            autocast=autocast,
+            round_to_blocks=round_to_blocks,
+            record_timeline=record_timeline,
+            record_allocations=record_allocations,
+        )
+    finally:
+        if remove_hooks is not None:
+            remove_hooks()
+
+
+def _recording_regions(
+    model: nn.Module, loss_fn: Callable[..., torch.Tensor], kept: KeptForBackward
+) -> tuple[Callable[..., torch.Tensor], Callable[[], None]]:
+    """``loss_fn`` that fills ``kept`` once the loss is computed, and the hooks' remover."""
+    from tutorial_utils.estimate.breakdown import RegionRecorder
+    from tutorial_utils.estimate.models import repeated_blocks
+
+    recorder = RegionRecorder()
+    remove = recorder.watch(model, list(repeated_blocks(model)))
+
+    def loss_and_breakdown(outputs: Any, targets: torch.Tensor) -> torch.Tensor:
+        recorder.region = "logits_and_loss"
+        loss = loss_fn(outputs, targets)
+        recorder.finish(kept)
+        return loss
+
+    return loss_and_breakdown, remove
 
 
 def trainer_loss(outputs: Any, token_ids: torch.Tensor) -> torch.Tensor:
@@ -368,6 +397,7 @@ class StrategyEstimate:
     trials: int = 0
     error: str | None = None  # why the step could not run this way (then ``report`` is None)
     gpu: GpuRun | None = None  # the attention kernels it ran, its predicted seconds
+    kept: KeptForBackward | None = None  # a language model's activations at the loss, by region
 
 
 @dataclass
@@ -420,9 +450,11 @@ def estimate(
         if isinstance(outcome, str):  # why it could not run
             result.rows.append(StrategyEstimate(strategy, None, error=outcome))
         else:
-            report, predicted, gpu = outcome
+            report, predicted, gpu, kept = outcome
             result.rows.append(
-                StrategyEstimate(strategy, report, predicted, fits=predicted.fits, gpu=gpu)
+                StrategyEstimate(
+                    strategy, report, predicted, fits=predicted.fits, gpu=gpu, kept=kept
+                )
             )
     measured = [row for row in result.rows if row.report is not None]
     base = next((row for row in measured if row.strategy.kind == "none"), None)
@@ -442,21 +474,22 @@ def estimate(
 
 
 _FORKED: tuple[nn.Module, Workload, Card] | None = None  # what forked workers dry-run
-Outcome = tuple[StepReport, AllocatorPrediction, GpuRun] | str
+Outcome = tuple[StepReport, AllocatorPrediction, GpuRun, KeptForBackward | None] | str
 
 
 def _outcome(model: nn.Module, workload: Workload, card: Card, strategy: Strategy) -> Outcome:
     """The strategy's dry run and its replay through the card's allocator (the events are
     dropped after it: they are many), or why it could not run (selective checkpointing around
     an in-place op, say)."""
+    kept = KeptForBackward() if workload.is_language_model else None
     try:
         with gpu_run(card, workload.precision) as gpu:
-            report = train_step(model, workload, strategy, record_allocations=True)
+            report = train_step(model, workload, strategy, record_allocations=True, kept=kept)
     except RuntimeError as failure:
         return str(failure).splitlines()[0]
     assert report.allocations is not None
     predicted = predict_allocator(report.allocations, card)
-    return dataclasses.replace(report, allocations=None), predicted, gpu
+    return dataclasses.replace(report, allocations=None), predicted, gpu, kept
 
 
 def _forked_outcome(strategy: Strategy) -> Outcome:

@@ -40,6 +40,8 @@ def _row(row: StrategyEstimate, result: Estimate) -> dict[str, Any]:
         record["tensor_peak_bytes"] = report.peak_bytes
         record["flops"] = report.flops.total if report.flops else None
     record["flops_over_no_checkpointing"] = row.flops_ratio
+    if row.kept is not None:  # a language model's activations alive at the loss, by region
+        record |= {f"kept_at_loss_{r}_bytes": b for r, b in row.kept.bytes_by_region.items()}
     if allocator is not None:
         record |= {
             "predicted_max_allocated_bytes": allocator.max_allocated_bytes,

@@ -139,6 +139,30 @@ def _table(result: Estimate, unit: int) -> list[str]:
     return _aligned(rows, notes)
 
 
+def _kept_lines(result: Estimate, unit: int, unit_name: str) -> list[str]:
+    """A language model's activations alive at the loss, by region, one line per strategy; one
+    more where the logits and the loss are most of them once blocks are checkpointed."""
+    rows = [row for row in result.rows if row.kept is not None]
+    if not rows:
+        return []
+    lines = [f"activations kept at the loss ({unit_name}): blocks / logits and loss / the rest"]
+    for row in rows:
+        assert row.kept is not None
+        parts = " / ".join(_size(b, unit) for b in row.kept.bytes_by_region.values())
+        lines.append(f"  {row.strategy.name}: {parts}")
+    dominated = [
+        r.strategy.name
+        for r in rows
+        if r.strategy.kind != "none" and r.kept and r.kept.logits_dominate()
+    ]
+    if dominated:
+        lines.append(
+            f"the logits and the loss are most of what is kept once blocks are checkpointed "
+            f"({', '.join(dominated)}): a shorter vocabulary pass (chunked loss) would save more"
+        )
+    return lines
+
+
 def _caveats(result: Estimate, unit_name: str) -> list[str]:
     """What the columns are and where each figure comes from, once, below the table."""
     w, card = result.workload, result.card
@@ -180,7 +204,9 @@ def estimate_table(result: Estimate) -> str:
         timing += f"; largest-fit search (steps of {step}): {result.search_seconds:.1f} s"
     header = [result.model_description, describe_workload(result)]
     header = [part for line in header for part in textwrap.wrap(line, TABLE_COLUMNS)]
-    return "\n".join([*header, "", *_table(result, unit), "", *_caveats(result, unit_name), timing])
+    kept = _kept_lines(result, unit, unit_name)
+    body = [*_table(result, unit), *([""] + kept if kept else [])]
+    return "\n".join([*header, "", *body, "", *_caveats(result, unit_name), timing])
 
 
 def cuda_comparison(
