@@ -157,10 +157,10 @@ def _kept_lines(result: Estimate, unit: int, unit_name: str) -> list[str]:
     ]
     if dominated:
         lines.append(
-            f"the logits and the loss are most of what is kept once blocks are checkpointed "
-            f"({', '.join(dominated)}): a shorter vocabulary pass (chunked loss) would save more"
+            "the logits and the loss are most of what is kept once blocks are checkpointed: "
+            + ", ".join(dominated)
         )
-    return lines
+    return [part for line in lines for part in textwrap.wrap(line, TABLE_COLUMNS)]
 
 
 def _caveats(result: Estimate, unit_name: str) -> list[str]:
