@@ -11,7 +11,7 @@ from typing import NoReturn
 
 from tutorial_utils.articles.profiles import PROFILES, get_profile
 from tutorial_utils.checkpointing.kinds import default_spellings, spelled, strategy_spellings
-from tutorial_utils.estimate.card import GPU_CHOICES
+from tutorial_utils.estimate.card import GPU_CHOICES, gpu_help
 
 __all__ = ["build_parser", "main"]
 
@@ -99,6 +99,14 @@ def add_estimate_parser(commands: argparse._SubParsersAction) -> None:
         "checkpointing, whether it fits the card, and the largest size that does.",
         epilog=ESTIMATE_EXAMPLE,
     )
+    _add_model_arguments(estimate)
+    _add_training_arguments(estimate)
+    _add_gpu_arguments(estimate)
+    _add_run_arguments(estimate)
+
+
+def _add_model_arguments(estimate: argparse.ArgumentParser) -> None:
+    """What model, at what size."""
     model = estimate.add_mutually_exclusive_group(required=True)
     model.add_argument(
         "--hf-preset", help="llama-3.2-1b, llama-3.1-8b, qwen2.5-7b, mistral-7b, gpt2"
@@ -112,6 +120,10 @@ def add_estimate_parser(commands: argparse._SubParsersAction) -> None:
     )
     estimate.add_argument("--image-size", type=positive_int, help="image side in px (default 224)")
     estimate.add_argument("--num-classes", type=positive_int, default=1000, help="classifier head")
+
+
+def _add_training_arguments(estimate: argparse.ArgumentParser) -> None:
+    """How it trains: precision, optimizer, LoRA, QLoRA's recipe, the loop, the strategies."""
     estimate.add_argument(
         "--precision",
         choices=("fp32", "bf16", "fp16", "amp-bf16", "amp-fp16", "nf4"),
@@ -127,15 +139,33 @@ def add_estimate_parser(commands: argparse._SubParsersAction) -> None:
         "--lora-targets", help="comma-separated module names (default: attention projections)"
     )
     estimate.add_argument(
+        "--lora-dropout",
+        type=float,
+        default=0.0,
+        metavar="P",
+        help="LoraConfig's lora_dropout (default 0.0; recipes often use 0.05-0.1: each adapted "
+        "projection then keeps its own dropped input and a mask)",
+    )
+    estimate.add_argument(
+        "--qlora-recipe",
+        choices=("peft", "trl-bf16", "no-upcast"),
+        default="peft",
+        help="with --precision nf4, how the rest is cast: peft = peft 0.21's "
+        "prepare_model_for_kbit_training alone (all else fp32, no autocast; the default); "
+        "trl-bf16 = TRL 0.8-0.25's SFTTrainer(bf16=True): that, then "
+        "trl.trainer.utils.peft_module_casting_to_bf16 (embeddings, head bf16) under bf16 "
+        "autocast; no-upcast = TRL 0.26+'s SFTTrainer(bf16=True): weights and adapters bf16, "
+        "under bf16 autocast",
+    )
+    estimate.add_argument(
         "--strategies",
         default=",".join(default_spellings()),
         help=f"comma-separated, each one of {strategy_spellings(any_model=True)}",
     )
-    _add_card_arguments(estimate)
 
 
-def _add_card_arguments(estimate: argparse.ArgumentParser) -> None:
-    """``estimate``'s card, its reserve and allocator, the search, the GPUs and the processes."""
+def _add_gpu_arguments(estimate: argparse.ArgumentParser) -> None:
+    """Which card: its memory, its model, what is held back, the allocator's mode, N GPUs."""
     estimate.add_argument(
         "--card", help="the GPU's memory, e.g. 24GB, 80GB (default: the --gpu's, else 24GB)"
     )
@@ -145,10 +175,9 @@ def _add_card_arguments(estimate: argparse.ArgumentParser) -> None:
         type=str.lower,
         choices=GPU_CHOICES,
         metavar="NAME",
-        help="the GPU model (t4, a10g, l4, a100-40gb, a100-80gb, h100, h200, 3090, 4090; any or "
-        "cpu: none named, the CPU's attention kernels): the SDPA kernel it runs (torch 2.14's "
-        "rules), its memory, its quoted peaks for the predicted step time, its quoted CUDA "
-        "context where one is quoted and cuBLAS's workspace size (32 MiB on H100/H200)",
+        help=f"the GPU model: {gpu_help()}; any or cpu: none named, the CPU's attention "
+        "kernels. It sets the SDPA kernel the dry run keeps, the card's memory, its quoted peaks "
+        "for the predicted step time and cuBLAS's workspace (32 MiB on sm90)",
     )
     estimate.add_argument(
         "--reserve",
@@ -162,6 +191,10 @@ def _add_card_arguments(estimate: argparse.ArgumentParser) -> None:
         action="store_true",
         help="replay the allocator as PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True runs it",
     )
+
+
+def _add_run_arguments(estimate: argparse.ArgumentParser) -> None:
+    """The search, the output (--json, --snapshot) and the processes."""
     estimate.add_argument("--no-search", action="store_true", help="skip the largest-fit search")
     estimate.add_argument(
         "--gpus",
@@ -171,6 +204,26 @@ def _add_card_arguments(estimate: argparse.ArgumentParser) -> None:
     )
     estimate.add_argument(
         "--shard", choices=("fsdp2", "ddp"), help="with --gpus: FSDP2's fully_shard or DDP"
+    )
+    estimate.add_argument(
+        "--loop",
+        choices=("trainer", "plain"),
+        default="trainer",
+        help="the training loop a language model's step follows: trainer = transformers' "
+        "Trainer and TRL (the logits are freed before backward; the default), plain = "
+        "outputs = model(ids); loss.backward() (the logits live through backward)",
+    )
+    estimate.add_argument(
+        "--json",
+        action="store_true",
+        help="print every figure as JSON (units in the field names) instead of the table",
+    )
+    estimate.add_argument(
+        "--snapshot",
+        metavar="FILE",
+        help="write each strategy's replayed step as a CUDA memory snapshot (the format of "
+        "torch.cuda.memory._dump_snapshot) to open at pytorch.org/memory_viz: FILE itself for "
+        "one strategy, FILE's name plus -STRATEGY for several",
     )
     estimate.add_argument(
         "--jobs",
@@ -240,6 +293,9 @@ def estimate_workload(args: argparse.Namespace):
         lora_rank=args.lora or 0,
         lora_targets=targets,
         num_classes=args.num_classes,
+        lora_dropout=args.lora_dropout,
+        qlora_recipe=args.qlora_recipe,
+        loop=args.loop,
     )
     strategies = [parse_strategy(s) for s in args.strategies.split(",") if s.strip()]
     if not strategies:
@@ -260,6 +316,8 @@ def run_estimate(args: argparse.Namespace) -> int:
                 "--precision nf4 with --shard fsdp2 is not emulated (FSDP-QLoRA shards the 4-bit "
                 "weights in bnb_4bit_quant_storage's dtype); --shard ddp or one GPU"
             )
+        if args.json or args.snapshot:
+            raise ValueError("--json and --snapshot are for one GPU so far: drop --gpus/--shard")
         from tutorial_utils.estimate.sharded import run_sharded
 
         return run_sharded(workload, strategies, card, args.gpus, args.shard)
@@ -271,15 +329,37 @@ def run_estimate(args: argparse.Namespace) -> int:
 
     print(f"building {workload.model} on the meta device...", file=sys.stderr, flush=True)
     result = estimate(workload, strategies, card, search=False, jobs=args.jobs)
-    print(estimate_table(result), flush=True)
-    if args.no_search:
-        return 0
-    print(
-        "\nsearching the largest size that fits (dry runs; --no-search skips)...", file=sys.stderr
-    )
-    search_largest(result, progress=progress)
-    print("\n" + estimate_table(result))
+    if not args.json:
+        print(estimate_table(result), flush=True)
+    if args.snapshot:
+        write_snapshots(result, args.snapshot)
+    if not args.no_search:
+        print("\nsearching the largest size that fits (--no-search skips)...", file=sys.stderr)
+        search_largest(result, progress=progress)
+        if not args.json:
+            print("\n" + estimate_table(result))
+    if args.json:
+        from tutorial_utils.estimate.record import estimate_record
+
+        print(json.dumps(estimate_record(result), indent=2))
     return 0
+
+
+def write_snapshots(result, path: str) -> None:
+    """``--snapshot``: each measured strategy's step, replayed, as a memory snapshot."""
+    from pathlib import Path
+
+    from tutorial_utils.estimate.snapshot import write_step_snapshot
+
+    rows = [row for row in result.rows if row.report is not None]
+    target = Path(path).expanduser()
+    for row in rows:
+        name = row.strategy.name.replace(" ", "-").replace("/", "-")
+        file = target if len(rows) == 1 else target.with_stem(f"{target.stem}-{name}")
+        written = write_step_snapshot(
+            result.workload, row.strategy, result.card, file, model=result.model
+        )
+        print(f"wrote {written} (open it at pytorch.org/memory_viz)", file=sys.stderr)
 
 
 def run_train(args: argparse.Namespace) -> int:

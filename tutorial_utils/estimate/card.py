@@ -18,6 +18,21 @@ from tutorial_utils.measurement.allocator import (
 )
 from tutorial_utils.units import GiB
 
+__all__ = [
+    "ALIASES",
+    "ANY_GPU_CONTEXT_BYTES",
+    "ANY_GPU_CONTEXT_SOURCE",
+    "Card",
+    "FROM_GPU",
+    "GPUS",
+    "GPU_CHOICES",
+    "GpuModel",
+    "gpu_help",
+    "parse_bytes",
+    "parse_card",
+]
+
+
 # The CUDA context, quoted (not measured here). A figure for a GPU model where one was found;
 # the figure for any GPU since CUDA 11.7's lazy module loading (PyTorch's default since 1.13)
 # otherwise: the larger of two quotes by the same maintainer ("~300MB" in
@@ -36,7 +51,9 @@ class GpuModel:
     predicted step time)."""
 
     name: str
-    hopper: bool = False  # compute capability 9.0: cuBLAS takes a 32 MiB workspace
+    # what cuBLAS takes from the caching allocator per thread (CublasHandlePool.cpp's default:
+    # 32 MiB on compute capability 9.0, 8 MiB + 128 KiB elsewhere)
+    workspace_bytes: int = CUBLAS_WORKSPACE_BYTES
     context_bytes: int | None = None  # quoted for this model; None: not quoted
     context_source: str = ""
     sm: tuple[int, int] | None = None  # compute capability; None: the CPU's SDPA kernels
@@ -70,13 +87,18 @@ def _card(
     fp32_flops: float,
     bandwidth: float,
     peaks_source: str,
+    memory_bytes: int | None = None,
+    memory_source: str = "",
 ) -> GpuModel:
-    """A card sold as ``sold_gb`` GB with bf16 tensor cores as fast as its fp16 ones."""
+    """A card sold as ``sold_gb`` GB (``memory_bytes`` where its usable memory is quoted) with
+    bf16 tensor cores as fast as its fp16 ones."""
+    hopper = sm == (9, 0)
     return GpuModel(
         name,
-        hopper=sm == (9, 0),
+        workspace_bytes=CUBLAS_WORKSPACE_HOPPER_BYTES if hopper else CUBLAS_WORKSPACE_BYTES,
         sm=sm,
-        memory_bytes=_sold_as(sold_gb),
+        memory_bytes=memory_bytes or _sold_as(sold_gb),
+        memory_source=memory_source,
         fp16_flops=tensor_flops,
         bf16_flops=tensor_flops,
         fp32_flops=fp32_flops,
@@ -114,10 +136,46 @@ GPUS = {
                   _WHITEPAPER.format("Ampere GA102")),
     "4090": _card("RTX 4090", (8, 9), 24, 165.2e12, 82.6e12, 1008e9,
                   _WHITEPAPER.format("Ada Lovelace architecture")),
+    # added 2026-12-04; NVIDIA's own pages are not in the search tool, so each figure is quoted
+    # from the page named, which reproduces the vendor's table
+    "5090": _card("RTX 5090", (12, 0), 32, 209.5e12, 104.8e12, 1792e9,
+                  "838 TFLOP/s FP16 tensor, sparse (spheron.network/blog/nvidia-rtx-5090-specs, "
+                  "2026), halved for dense and halved again for fp32 accumulate, as on GeForce "
+                  "cards (the 4090's whitepaper figure); 104.8 TFLOP/s fp32, 1,792 GB/s"),
+    "l40s": _card("L40S", (8, 9), 48, 362e12, 91.6e12, 864e9,
+                  "NVIDIA L40S datasheet table as listed by mullet.se (product 355414): "
+                  "362.05 TFLOP/s BF16/FP16 tensor dense, 91.6 fp32, 864 GB/s"),
+    "a6000": _card("RTX A6000", (8, 6), 48, 154.8e12, 38.7e12, 768e9,
+                   "Microway's Ampere comparison as quoted by llmperf.net (154.8 TFLOP/s "
+                   "FP16/BF16 tensor dense); 38.71 TFLOP/s fp32, 768 GB/s (sysrqmts.com)"),
+    "b200": _card("B200", (10, 0), 180, 2250e12, 80e12, 8e12,
+                  "HGX B200 at 1,000 W: 2,250 TFLOP/s BF16 tensor dense, 80 fp32 "
+                  "(glennklockwood.com/garden/processors/B200); 8.0 TB/s (docs.vultr.com)",
+                  memory_bytes=179 * GiB,
+                  memory_source="nvidia-smi memory.total on an HGX B200, 179 GB, as Vultr's "
+                  "docs list it (docs.vultr.com/inference-cookbook)"),
 }  # fmt: skip
 # the names --gpu took before the cards above had their memory
-ALIASES = {"a100": "a100-40gb", "rtx-3090": "3090", "rtx-4090": "4090"}
+ALIASES = {
+    "a100": "a100-40gb",
+    "rtx-3090": "3090",
+    "rtx-4090": "4090",
+    "rtx-5090": "5090",
+    "rtx-a6000": "a6000",
+}
 GPU_CHOICES = (*GPUS, *ALIASES)
+
+
+def gpu_help() -> str:
+    """``--gpu``'s help: the cards of ``GPUS``, with their compute capability and memory."""
+    cards = [
+        f"{key} (sm{model.sm[0]}{model.sm[1]}, {(model.memory_bytes or 0) / GiB:,.0f} GiB)"
+        for key, model in GPUS.items()
+        if model.sm is not None
+    ]
+    return ", ".join(cards)
+
+
 FROM_GPU = "from --gpu"  # a card's name when its memory is the GPU's
 
 
@@ -159,7 +217,7 @@ class Card:
     @property
     def workspace_bytes(self) -> int:
         """cuBLAS's workspace per thread that multiplies matrices (the allocator serves it)."""
-        return CUBLAS_WORKSPACE_HOPPER_BYTES if self.model.hopper else CUBLAS_WORKSPACE_BYTES
+        return self.model.workspace_bytes
 
     @property
     def budget_bytes(self) -> int:

@@ -1,7 +1,7 @@
 """Will training your model fit your card? Dry runs of one training step, per strategy.
 
-``Workload`` says what is trained and how (model, batch, sequence or image size, precision,
-optimizer, LoRA); ``estimate`` builds it on the meta device once and runs one dry-run step per
+``Workload`` (``estimate.workload``, re-exported here) says what is trained and how (model,
+batch, size, precision, optimizer, LoRA); ``estimate`` builds it on meta once and runs a dry run per
 checkpointing strategy (``measure_step``: exact tensor bytes by category, FLOPs counted), and
 ``largest_fit`` finds the longest sequence (a language model) or largest batch (a classifier)
 whose step fits a card, by dry runs. A dry run's figures are the tensors PyTorch would allocate;
@@ -24,8 +24,15 @@ import torch
 import torch.nn as nn
 
 from tutorial_utils.checkpointing.strategy import Strategy
+from tutorial_utils.estimate.breakdown import KeptForBackward
 from tutorial_utils.estimate.card import Card
-from tutorial_utils.estimate.gpu_step import GpuRun, as_gpu_runs, gpu_run
+from tutorial_utils.estimate.gpu_step import (
+    GpuRun,
+    as_gpu_runs,
+    describe_rules,
+    gpu_run,
+    quoted_machine,
+)
 from tutorial_utils.estimate.models import (
     add_lora,
     build_causal_lm,
@@ -35,97 +42,45 @@ from tutorial_utils.estimate.models import (
     preset_config,
     trainable_parameters,
 )
+from tutorial_utils.estimate.workload import (  # re-exported: the estimator's public names
+    DTYPES,
+    LOOPS,
+    PRECISIONS,
+    QLORA,
+    QLORA_RECIPE_NAMES,
+    Workload,
+    cuda_autocast_precision,
+    describe_precision,
+)
 from tutorial_utils.measurement.allocator import AllocationLog, AllocatorPrediction, replay
-from tutorial_utils.measurement.autocast import POLICIES, EmulatedAutocast
+from tutorial_utils.measurement.autocast import EmulatedAutocast
 from tutorial_utils.measurement.step import Recording, StepReport, measure_step, next_token_loss
 from tutorial_utils.measurement.tracker import MemoryLimitExceeded
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-PRECISIONS = ("fp32", "bf16", "fp16", "amp-bf16", "amp-fp16")
-QLORA = "nf4"  # a 4-bit base with LoRA (QLoRA), emulated by ``estimate.qlora``
-
-
-def cuda_autocast_precision() -> str:
-    """``amp-bf16`` on a GPU that computes in bfloat16 (compute capability 8.0 and later), else
-    ``amp-fp16``: a T4 only emulates bfloat16, and its fused attention kernels take float16."""
-    return "amp-bf16" if torch.cuda.is_bf16_supported(including_emulation=False) else "amp-fp16"
-
-
-def describe_precision(precision: str) -> str:
-    """How each figure's step ran, in words."""
-    if precision.startswith("amp-"):
-        return f"fp32 weights, forward under autocast({precision[4:]}) (CUDA's cast policy)"
-    if precision == QLORA:
-        return (
-            "QLoRA: NF4 4-bit base as bitsandbytes stores it (double quantization, bf16 "
-            "compute), other weights fp32 (peft's prepare_model_for_kbit_training)"
-        )
-    return f"pure {precision}: weights, gradients and activations in {precision}"
-
-
-@dataclass(frozen=True)
-class Workload:
-    """What is trained, and how. ``model`` is ``"hf:<preset, config.json or model id>"`` or
-    ``"torchvision:<name>"``; ``size`` is the sequence length (tokens) or the image side (px)."""
-
-    model: str
-    batch: int = 1
-    size: int = 2048
-    precision: str = "bf16"
-    optimizer: str = "adamw"
-    lora_rank: int = 0  # 0: full fine-tuning
-    lora_targets: tuple[str, ...] = ()
-    num_classes: int = 1000
-    autocast_policy: str = "cuda"  # whose casts a dry run under autocast follows
-
-    def __post_init__(self) -> None:
-        kind, _, name = self.model.partition(":")
-        if kind not in ("hf", "torchvision") or not name:
-            raise ValueError(
-                f"model must be 'hf:<name>' or 'torchvision:<name>', got {self.model!r}"
-            )
-        if self.batch < 1 or self.size < (2 if kind == "hf" else 1):
-            raise ValueError(
-                f"batch and size must be at least 1 (2 tokens), got {self.batch}, {self.size}"
-            )
-        if self.precision not in (*PRECISIONS, QLORA):
-            raise ValueError(
-                f"precision must be one of {', '.join(PRECISIONS)}, {QLORA}, got {self.precision!r}"
-            )
-        if self.precision == QLORA and kind != "hf":
-            raise ValueError("nf4 (QLoRA) is for language models: use --hf-preset/config/model")
-        if self.precision == QLORA and not self.lora_rank:
-            raise ValueError("nf4 (QLoRA) trains LoRA adapters on a 4-bit base: add --lora RANK")
-        if self.optimizer not in ("adamw", "sgd"):
-            raise ValueError(f"optimizer must be adamw or sgd, got {self.optimizer!r}")
-        if self.lora_rank < 0:
-            raise ValueError(
-                f"LoRA rank must be 0 (full fine-tuning) or more, got {self.lora_rank}"
-            )
-
-    @property
-    def is_language_model(self) -> bool:
-        return self.model.startswith("hf:")
-
-    @property
-    def size_name(self) -> str:
-        return "sequence" if self.is_language_model else "image size"
-
-    @property
-    def weight_dtype(self) -> torch.dtype:
-        if self.precision == QLORA:
-            return torch.bfloat16  # the checkpoint's dtype and the compute dtype
-        return torch.float32 if self.precision.startswith("amp-") else DTYPES[self.precision]
-
-    def autocast(self) -> EmulatedAutocast | None:
-        if not self.precision.startswith("amp-"):
-            return None
-        return EmulatedAutocast(DTYPES[self.precision[4:]], POLICIES[self.autocast_policy])
-
-    def with_size(self, *, batch: int | None = None, size: int | None = None) -> Workload:
-        fields = dict(vars(self))
-        fields.update({k: v for k, v in (("batch", batch), ("size", size)) if v is not None})
-        return Workload(**fields)
+__all__ = [
+    "DTYPES",
+    "Estimate",
+    "LOOPS",
+    "Outcome",
+    "PRECISIONS",
+    "QLORA",
+    "QLORA_RECIPE_NAMES",
+    "StrategyEstimate",
+    "Workload",
+    "batch_for",
+    "build_model",
+    "cuda_autocast_precision",
+    "describe_precision",
+    "dry_run_and_real_step",
+    "estimate",
+    "largest_fit",
+    "load_config",
+    "make_optimizer",
+    "predict_allocator",
+    "search_largest",
+    "train_step",
+    "trainer_loss",
+]
 
 
 def load_config(name: str):
@@ -157,7 +112,13 @@ def build_model(workload: Workload, device: str = "meta") -> nn.Module:
             )
         from tutorial_utils.estimate.qlora import build_qlora
 
-        return build_qlora(load_config(name), workload.lora_rank, workload.lora_targets or None)
+        return build_qlora(
+            load_config(name),
+            workload.lora_rank,
+            workload.lora_targets or None,
+            recipe=workload.qlora_recipe,
+            dropout=workload.lora_dropout,
+        )
     if kind == "hf":
         model = build_causal_lm(load_config(name), device, workload.weight_dtype)
     else:
@@ -169,7 +130,9 @@ def build_model(workload: Workload, device: str = "meta") -> nn.Module:
             device=device,
         )
     if workload.lora_rank:
-        model = add_lora(model, workload.lora_rank, workload.lora_targets or None)
+        model = add_lora(
+            model, workload.lora_rank, workload.lora_targets or None, dropout=workload.lora_dropout
+        )
     return model.train()
 
 
@@ -218,32 +181,74 @@ def train_step(
     round_to_blocks: bool = False,
     record_timeline: bool = False,
     record_allocations: bool = False,
+    kept: KeptForBackward | None = None,
 ) -> StepReport:
     """One tracked training step of ``model`` (meta: a dry run; elsewhere: real) under
     ``strategy``, with the workload's optimizer and precision (``record_timeline``: live bytes
     after every op, to compare two steps op by op; ``record_allocations``: the allocation events,
-    for ``predict_allocator``)."""
+    for ``predict_allocator``; ``kept``: a language model's activations alive at the loss, by
+    region, filled in: ``breakdown``)."""
     device = next(model.parameters()).device.type
     inputs, targets = batch_for(workload, model, device)
     autocast = autocast if autocast is not None else workload.autocast()
-    loss_fn = next_token_loss if workload.is_language_model else nn.CrossEntropyLoss()
-    return measure_step(
-        model,
-        inputs,
-        targets,
-        strategy,
-        optimizer_factory=lambda _: make_optimizer(workload, model),
-        loss_fn=loss_fn,
-        device=device,
-        time_step=False,
-        limit_bytes=limit_bytes,
-        autocast=autocast,
-        recording=Recording(
-            timeline=record_timeline,
-            allocations=record_allocations,
-            round_to_blocks=round_to_blocks,
-        ),
-    )
+    loss_fn: Callable[..., torch.Tensor] = nn.CrossEntropyLoss()
+    if workload.is_language_model:
+        loss_fn = trainer_loss if workload.loop == "trainer" else next_token_loss
+    remove_hooks = None
+    if kept is not None and workload.is_language_model:
+        loss_fn, remove_hooks = _recording_regions(model, loss_fn, kept)
+    try:
+        return measure_step(
+            model,
+            inputs,
+            targets,
+            strategy,
+            optimizer_factory=lambda _: make_optimizer(workload, model),
+            loss_fn=loss_fn,
+            device=device,
+            time_step=False,
+            limit_bytes=limit_bytes,
+            autocast=autocast,
+            recording=Recording(
+                timeline=record_timeline,
+                allocations=record_allocations,
+                round_to_blocks=round_to_blocks,
+            ),
+        )
+    finally:
+        if remove_hooks is not None:
+            remove_hooks()
+
+
+def _recording_regions(
+    model: nn.Module, loss_fn: Callable[..., torch.Tensor], kept: KeptForBackward
+) -> tuple[Callable[..., torch.Tensor], Callable[[], None]]:
+    """``loss_fn`` that fills ``kept`` once the loss is computed, and the hooks' remover."""
+    from tutorial_utils.estimate.breakdown import RegionRecorder
+    from tutorial_utils.estimate.models import repeated_blocks
+
+    recorder = RegionRecorder()
+    remove = recorder.watch(model, list(repeated_blocks(model)))
+
+    def loss_and_breakdown(outputs: Any, targets: torch.Tensor) -> torch.Tensor:
+        recorder.region = "logits_and_loss"
+        loss = loss_fn(outputs, targets)
+        recorder.finish(kept)
+        return loss
+
+    return loss_and_breakdown, remove
+
+
+def trainer_loss(outputs: Any, token_ids: torch.Tensor) -> torch.Tensor:
+    """``next_token_loss``, as the Trainer's ``compute_loss`` leaves the outputs: the logits
+    are taken out of them, so that only what autograd saved outlives the loss."""
+    logits = outputs.logits
+    if isinstance(outputs, dict):  # a ModelOutput: drop its entry and its attribute
+        dict.__delitem__(outputs, "logits")
+        object.__setattr__(outputs, "logits", None)
+    loss = next_token_loss(logits, token_ids)
+    del logits
+    return loss
 
 
 def predict_allocator(log: AllocationLog, card: Card) -> AllocatorPrediction:
@@ -284,6 +289,7 @@ class StrategyEstimate:
     trials: int = 0
     error: str | None = None  # why the step could not run this way (then ``report`` is None)
     gpu: GpuRun | None = None  # the attention kernels it ran, its predicted seconds
+    kept: KeptForBackward | None = None  # a language model's activations at the loss, by region
 
 
 @dataclass
@@ -295,6 +301,8 @@ class Estimate:
     seconds: float | None = None  # wall time of the strategies' dry runs
     search_seconds: float | None = None
     model: nn.Module | None = field(default=None, repr=False)  # on meta, for more dry runs
+    time_source: str | None = None  # how step times were predicted; None: not predicted
+    attention_rules: str = ""  # whose kernel choice the dry runs' attention followed
 
 
 def estimate(
@@ -319,6 +327,9 @@ def estimate(
     started = time.perf_counter()
     model = model if model is not None else build_model(workload)
     result = Estimate(workload, card, describe_model(model), model=model)
+    machine = quoted_machine(card, workload.precision)
+    result.time_source = None if machine is None else machine.source
+    result.attention_rules = describe_rules(card)
     runnable = [strategy for strategy in strategies if not strategy.gpu_only]
     outcomes = dict(
         zip(runnable, _run_strategies(model, workload, card, runnable, jobs), strict=True)
@@ -331,9 +342,11 @@ def estimate(
         if isinstance(outcome, str):  # why it could not run
             result.rows.append(StrategyEstimate(strategy, None, error=outcome))
         else:
-            report, predicted, gpu = outcome
+            report, predicted, gpu, kept = outcome
             result.rows.append(
-                StrategyEstimate(strategy, report, predicted, fits=predicted.fits, gpu=gpu)
+                StrategyEstimate(
+                    strategy, report, predicted, fits=predicted.fits, gpu=gpu, kept=kept
+                )
             )
     measured = [row for row in result.rows if row.report is not None]
     base = next((row for row in measured if row.strategy.kind == "none"), None)
@@ -353,21 +366,22 @@ def estimate(
 
 
 _FORKED: tuple[nn.Module, Workload, Card] | None = None  # what forked workers dry-run
-Outcome = tuple[StepReport, AllocatorPrediction, GpuRun] | str
+Outcome = tuple[StepReport, AllocatorPrediction, GpuRun, KeptForBackward | None] | str
 
 
 def _outcome(model: nn.Module, workload: Workload, card: Card, strategy: Strategy) -> Outcome:
     """The strategy's dry run and its replay through the card's allocator (the events are
     dropped after it: they are many), or why it could not run (selective checkpointing around
     an in-place op, say)."""
+    kept = KeptForBackward() if workload.is_language_model else None
     try:
         with gpu_run(card, workload.precision) as gpu:
-            report = train_step(model, workload, strategy, record_allocations=True)
+            report = train_step(model, workload, strategy, record_allocations=True, kept=kept)
     except RuntimeError as failure:
         return str(failure).splitlines()[0]
     assert report.allocations is not None
     predicted = predict_allocator(report.allocations, card)
-    return dataclasses.replace(report, allocations=None), predicted, gpu
+    return dataclasses.replace(report, allocations=None), predicted, gpu, kept
 
 
 def _forked_outcome(strategy: Strategy) -> Outcome:

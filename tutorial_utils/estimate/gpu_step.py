@@ -26,6 +26,18 @@ from tutorial_utils.measurement.gpu_attention import (
 from tutorial_utils.measurement.phases import current_phase, declared_phase
 from tutorial_utils.planning.roofline import Machine, RooflineCounter
 
+__all__ = [
+    "EFFICIENCY",
+    "GpuRun",
+    "StepRoofline",
+    "as_gpu_runs",
+    "describe_rules",
+    "gpu_run",
+    "quoted_machine",
+    "sdpa_rules",
+]
+
+
 EFFICIENCY = 0.5  # assumed share of the quoted peaks a training step's ops reach
 
 

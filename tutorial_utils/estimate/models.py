@@ -26,6 +26,27 @@ from tutorial_utils.network import reachable
 if TYPE_CHECKING:
     from transformers.modeling_layers import GradientCheckpointingLayer
 
+__all__ = [
+    "ATTENTION",
+    "ATTENTION_PROJECTIONS",
+    "DEFAULT_LORA_TARGETS",
+    "HUB_PROBE_TIMEOUT_S",
+    "PRESETS",
+    "add_lora",
+    "build_causal_lm",
+    "build_torchvision",
+    "config_from_file",
+    "config_from_hub",
+    "decoder_blocks",
+    "default_lora_targets",
+    "describe_model",
+    "hub_reachable",
+    "preset_config",
+    "quiet_bitsandbytes",
+    "trainable_parameters",
+]
+
+
 ATTENTION = "sdpa"  # what transformers picks by default, and what users run
 
 # Published configs (the config.json beside each model's weights), sizes only: the fields that
@@ -251,6 +272,7 @@ def add_lora(
     targets: Sequence[str] | None = None,
     *,
     start_trained: bool = False,
+    dropout: float = 0.0,
     custom_modules: dict[type[nn.Module], type[nn.Module]] | None = None,
 ) -> nn.Module:
     """LoRA adapters (``peft``, alpha = 2 x rank) on a frozen base: only the adapters train.
@@ -259,6 +281,8 @@ def add_lora(
     adapter's B at zero, which makes A's first gradient exactly zero; ``start_trained`` draws B
     as after some training, so every adapter has a gradient (for comparing gradients).
     ``custom_modules`` maps base layer types peft does not know to their LoRA layers.
+    ``dropout`` is ``LoraConfig.lora_dropout``: above 0 each adapted projection keeps its own
+    dropped copy of the input and a mask, where at 0 they share the input.
     """
     with quiet_bitsandbytes():
         from peft import LoraConfig, get_peft_model
@@ -271,7 +295,7 @@ def add_lora(
     ]
     if missing:
         raise ValueError(f"no module named {', '.join(missing)} in {type(model).__name__}")
-    config = LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=targets, lora_dropout=0.0)
+    config = LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=targets, lora_dropout=dropout)
     if custom_modules:
         config._register_custom_module(custom_modules)
     device = next(model.parameters()).device

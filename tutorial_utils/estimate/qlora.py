@@ -1,10 +1,13 @@
 """QLoRA on the meta device: a 4-bit base as ``bitsandbytes`` stores and runs it, LoRA on top.
 
-What is emulated is the common QLoRA recipe: ``from_pretrained`` with
+What is emulated is how ``from_pretrained`` loads the base, with
 ``BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
 bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.bfloat16)``, then
-``prepare_model_for_kbit_training`` (which casts every parameter left in 16 bits to float32:
-embeddings, norms and the output layer) and ``get_peft_model`` with LoRA. The checkpointing comes
+one of three recipes (``QLORA_RECIPES``): peft's ``prepare_model_for_kbit_training`` (which
+casts every parameter left in 16 bits to float32: embeddings, norms and the output layer), TRL's
+``SFTTrainer`` with ``bf16=True`` as 0.8-0.25 ran it (the same, then embeddings and head back
+to bf16, under autocast) or as 0.26 and later run it (nothing upcast, the adapters in bf16), and
+``get_peft_model`` with LoRA. The checkpointing comes
 from the estimate's strategy (``use_reentrant=False``), so ``prepare_model_for_kbit_training``
 runs with ``use_gradient_checkpointing=False`` here (with it, it would also make the input
 embeddings' output require a gradient).
@@ -44,6 +47,25 @@ from torch.utils.flop_counter import register_flop_formula
 
 from tutorial_utils.estimate.models import add_lora, build_causal_lm, quiet_bitsandbytes
 from tutorial_utils.measurement.flops import FORMULAS
+
+__all__ = [
+    "BLOCK",
+    "COMPUTE_DTYPE",
+    "Linear4bitOnMeta",
+    "NESTED_BLOCK",
+    "NESTED_CODES",
+    "NF4_CODES",
+    "QLORA_RECIPES",
+    "QLORA_RECIPE_NAMES",
+    "QUANTIZED_FROM",
+    "QuantizedStorage",
+    "blocks",
+    "build_qlora",
+    "linear_4bit",
+    "quantize_on_meta",
+    "quantized_storage_bytes",
+]
+
 
 BLOCK = 64  # weights per absmax: bitsandbytes' default blocksize for 4-bit
 NESTED_BLOCK = 256  # absmax values per second-level absmax (double quantization)
@@ -235,14 +257,67 @@ def _lora_layer_class() -> type[nn.Module]:
     return LoraLinear4bitOnMeta
 
 
-def build_qlora(config: Any, rank: int, targets: Sequence[str] | None = None) -> nn.Module:
-    """The QLoRA model of ``config`` on meta: 4-bit base, the rest float32, LoRA adapters."""
+# How the non-4-bit weights and the adapters are cast, and whether the step runs under autocast:
+# the recipes people run, by the library (version) and function that does the casting.
+QLORA_RECIPES = {
+    "peft": "peft's prepare_model_for_kbit_training alone (peft 0.21, peft.utils.other): every "
+    "weight left in 16 bits and the LoRA adapters cast to fp32, no autocast",
+    "trl-bf16": "TRL 0.8-0.25's SFTTrainer with bf16=True: prepare_model_for_kbit_training, then "
+    "trl.trainer.utils.peft_module_casting_to_bf16 casts the embeddings and the head back to bf16 "
+    "(norms and adapters stay fp32), all under bf16 autocast",
+    "no-upcast": "TRL 0.26+'s SFTTrainer with bf16=True (trl/trainer/sft_trainer.py, 1.9): no "
+    "prepare_model_for_kbit_training, the weights stay bf16 and the adapters are cast to bf16, "
+    "under bf16 autocast",
+}
+QLORA_RECIPE_NAMES = tuple(QLORA_RECIPES)
+_TRL_BF16_NAMES = ("lm_head", "embed_tokens", "wte", "wpe")  # peft_module_casting_to_bf16's
+
+
+def _cast_as_trl(model: nn.Module) -> None:
+    """``peft_module_casting_to_bf16``'s effect: norms float32, embeddings and head bfloat16."""
+    for name, module in model.named_modules():
+        if isinstance(module, nn.LayerNorm) or "norm" in name:
+            module.to(torch.float32)
+        elif any(part in name for part in _TRL_BF16_NAMES):
+            weight = getattr(module, "weight", None)
+            if weight is not None and weight.dtype == torch.float32:
+                module.to(torch.bfloat16)
+
+
+def build_qlora(
+    config: Any,
+    rank: int,
+    targets: Sequence[str] | None = None,
+    *,
+    recipe: str = "peft",
+    dropout: float = 0.0,
+) -> nn.Module:
+    """The QLoRA model of ``config`` on meta: 4-bit base, LoRA adapters, the rest cast as
+    ``recipe`` (``QLORA_RECIPES``) casts it."""
+    if recipe not in QLORA_RECIPES:
+        raise ValueError(
+            f"--qlora-recipe must be one of {', '.join(QLORA_RECIPES)}, got {recipe!r}"
+        )
     with quiet_bitsandbytes():
         from peft import prepare_model_for_kbit_training
 
     model = build_causal_lm(config, "meta", QUANTIZED_FROM)
     quantize_on_meta(model)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated")
-        prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
-    return add_lora(model, rank, targets, custom_modules={Linear4bitOnMeta: _lora_layer_class()})
+    if recipe != "no-upcast":
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated")
+            prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+    lora = add_lora(
+        model,
+        rank,
+        targets,
+        dropout=dropout,
+        custom_modules={Linear4bitOnMeta: _lora_layer_class()},
+    )
+    if recipe == "trl-bf16":
+        _cast_as_trl(lora)
+    elif recipe == "no-upcast":
+        for parameter in lora.parameters():
+            if parameter.requires_grad:
+                parameter.data = parameter.data.to(torch.bfloat16)
+    return lora

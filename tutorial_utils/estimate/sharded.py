@@ -26,8 +26,10 @@ in it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -46,11 +48,28 @@ from tutorial_utils.estimate.estimator import (
     build_model,
     make_optimizer,
 )
+from tutorial_utils.measurement.allocator import AllocationLog, AllocatorPrediction
 from tutorial_utils.measurement.fake_ranks import BUFFER_CATEGORIES, ShardedStepTracker, fake_ranks
 from tutorial_utils.measurement.phases import step_phase
 from tutorial_utils.measurement.step import next_token_loss
 from tutorial_utils.measurement.tracker import CATEGORIES
 from tutorial_utils.units import GiB
+
+__all__ = [
+    "Batch",
+    "COLUMNS",
+    "DDP_BUCKET_CAP_MB",
+    "RankReport",
+    "SHARDS",
+    "Shard",
+    "ddp_bucket_sizes",
+    "estimate_rank",
+    "rank_allocator",
+    "rank_step",
+    "rank_table",
+    "run_sharded",
+]
+
 
 Shard = Literal["fsdp2", "ddp"]
 SHARDS: tuple[Shard, ...] = get_args(Shard)
@@ -74,6 +93,7 @@ class RankReport:
     baseline_bytes: int
     breakdown: dict[str, int]
     ddp_buckets: int = 0  # how many gradient buckets DDP makes (0 under FSDP2)
+    allocations: AllocationLog | None = None  # the tracked step's events, when recorded
 
     @property
     def forward_backward_above_start_bytes(self) -> int:
@@ -111,6 +131,7 @@ def rank_step(
     checkpointing: Callable[[nn.Module], contextlib.AbstractContextManager] | None = None,
     reshard_after_forward: bool | None = None,
     follow_resizes: bool = True,
+    record_allocations: bool = False,
 ) -> RankReport:
     """Rank 0's training step among ``world_size``, on fake tensors over the fake process group.
 
@@ -133,18 +154,7 @@ def rank_step(
         with FakeTensorMode(allow_non_fake_inputs=True):
             _to_fake_cpu(model)
             with checkpointing(model) if checkpointing else contextlib.nullcontext():
-                bucket_bytes: list[int] = []
-                if shard == "fsdp2":
-                    fully_shard = _fully_shard()
-                    options: dict[str, Any] = {"mesh": mesh}
-                    if reshard_after_forward is not None:  # else PyTorch's default
-                        options["reshard_after_forward"] = reshard_after_forward
-                    for block in blocks(model):
-                        fully_shard(block, **options)
-                    fully_shard(model, **options)
-                else:
-                    trained = [p for p in model.parameters() if p.requires_grad]
-                    bucket_bytes = ddp_bucket_sizes(trained)
+                bucket_bytes = _wrapped(model, blocks, shard, mesh, reshard_after_forward)
                 buckets = [torch.empty(n, dtype=torch.uint8) for n in bucket_bytes]
                 optimizer = optimizer_factory(model)
                 inputs, targets = batch(model)
@@ -155,11 +165,39 @@ def rank_step(
                     optimizer,
                     inputs=(inputs, targets, *buckets),
                     follow_resizes=follow_resizes,
+                    record_allocations=record_allocations,
                 )
                 tracker.mark(buckets, "buckets")
                 with tracker:
                     _step(model, inputs, targets, loss_fn, optimizer)
                 optimizer.zero_grad(set_to_none=True)
+    report = _rank_report(tracker, shard, world_size, len(bucket_bytes))
+    return dataclasses.replace(report, allocations=tracker.allocations)
+
+
+def _wrapped(
+    model: nn.Module,
+    blocks: Callable[[nn.Module], Sequence[nn.Module]],
+    shard: Shard,
+    mesh: Any,
+    reshard_after_forward: bool | None,
+) -> list[int]:
+    """FSDP2's ``fully_shard`` on every block, then the root; or DDP's bucket sizes (bytes)."""
+    if shard == "ddp":
+        return ddp_bucket_sizes([p for p in model.parameters() if p.requires_grad])
+    fully_shard = _fully_shard()
+    options: dict[str, Any] = {"mesh": mesh}
+    if reshard_after_forward is not None:  # else PyTorch's default
+        options["reshard_after_forward"] = reshard_after_forward
+    for block in blocks(model):
+        fully_shard(block, **options)
+    fully_shard(model, **options)
+    return []
+
+
+def _rank_report(
+    tracker: ShardedStepTracker, shard: Shard, world_size: int, ddp_buckets: int
+) -> RankReport:
     breakdown = {**tracker.breakdown_at_peak, **tracker.buffers_at_peak}
     forward_backward = max(
         (peak for phase, peak in tracker.phase_peak_bytes.items() if phase != "optimizer"),
@@ -172,7 +210,7 @@ def rank_step(
         forward_backward_peak_bytes=forward_backward,
         baseline_bytes=tracker.baseline_bytes,
         breakdown={c: breakdown[c] for c in (*CATEGORIES, *BUFFER_CATEGORIES)},
-        ddp_buckets=len(bucket_bytes),
+        ddp_buckets=ddp_buckets,
     )
 
 
@@ -233,18 +271,28 @@ def estimate_rank(
         world_size=world_size,
         shard=shard,
         checkpointing=strategy.applied,
+        record_allocations=True,
     )
 
 
-COLUMNS = {
+COLUMNS = {  # headers of at most 7 characters, so that the table fits 120 columns
     "parameters": "params",
     "gradients": "grads",
-    "optimizer_state": "optimizer",
-    "activations": "activations",
-    "all_gather": "all-gather",
-    "reduce_scatter": "red-scatter",
-    "buckets": "DDP buckets",
+    "optimizer_state": "optim",
+    "activations": "activ",
+    "all_gather": "gather",
+    "reduce_scatter": "scatter",
+    "buckets": "buckets",
 }
+
+
+def rank_allocator(report: RankReport, card: Card) -> AllocatorPrediction:
+    """The rank's step replayed through the card's caching allocator (``predict_allocator``)."""
+    from tutorial_utils.estimate.estimator import predict_allocator
+
+    if report.allocations is None:
+        raise ValueError("the rank's allocations were not recorded (record_allocations=True)")
+    return predict_allocator(report.allocations, card)
 
 
 def rank_table(
@@ -265,22 +313,30 @@ def rank_table(
         f"{world_size} GPUs, {how}; what each rank holds (rank 0; batch {workload.batch} per GPU)",
         describe_workload(Estimate(workload, card, "")),
         "predicted (dry run on fake tensors over PyTorch's fake process group, one process); GiB; "
-        "by category at the rank's peak; tensors only (no NCCL buffers, no allocator replay); "
-        "attention: the CPU's SDPA kernel, not --gpu's",
+        "by category at the rank's peak (gather, scatter: FSDP2's all-gather and reduce-scatter "
+        "buffers; buckets: DDP's); alloc, reserved: the rank's allocations replayed through "
+        "the emulated caching allocator (no NCCL buffers); smi: reserved + the CUDA context; "
+        "margin: the budget less reserved; attention: the CPU's SDPA kernel, not --gpu's",
         card.describe(),
         "",
         f"{'strategy':<24}"
-        + "".join(f" {label:>11}" for label in COLUMNS.values())
-        + f" {'peak/rank':>9} {'fits':>4}",
+        + "".join(f" {label:>7}" for label in COLUMNS.values())
+        + f" {'peak/rank':>9} {'alloc':>6} {'reserved':>8} {'smi':>6} {'margin':>6}",
     ]
     for strategy, report in rows:
         if isinstance(report, str):
             lines.append(f"{strategy.name:<24} {report}")
             continue
-        cells = "".join(f" {report.breakdown[c] / GiB:>11,.2f}" for c in COLUMNS)
-        fits = "yes" if report.peak_bytes <= card.budget_bytes else "no"
-        lines.append(f"{strategy.name:<24}{cells} {report.peak_bytes / GiB:>9,.2f} {fits:>4}")
-    return "\n".join(lines)
+        cells = "".join(f" {report.breakdown[c] / GiB:>7,.2f}" for c in COLUMNS)
+        replayed = rank_allocator(report, card)
+        lines.append(
+            f"{strategy.name:<24}{cells} {report.peak_bytes / GiB:>9,.2f}"
+            f" {replayed.max_allocated_bytes / GiB:>6,.2f}"
+            f" {replayed.max_reserved_bytes / GiB:>8,.2f}"
+            f" {(replayed.max_reserved_bytes + card.context_bytes) / GiB:>6,.2f}"
+            f" {(replayed.margin_bytes or 0) / GiB:>+6,.2f}"
+        )
+    return "\n".join(part for line in lines for part in textwrap.wrap(line, 120) or [""])
 
 
 def run_sharded(

@@ -13,6 +13,14 @@ from tutorial_utils.estimate.report import estimate_table
 from tutorial_utils.estimate.strategies import DEFAULT_STRATEGIES
 from tutorial_utils.measurement.timing import load_average_line
 
+__all__ = [
+    "ESTIMATE_COMMAND",
+    "EstimateBench",
+    "estimate_bench",
+    "print_estimate_bench",
+]
+
+
 ESTIMATE_COMMAND = "--hf-preset llama-3.1-8b --seq 4096 --lora 16 --card 24GB"
 
 
