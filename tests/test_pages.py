@@ -8,6 +8,8 @@ leave a stale page behind), and check the generator itself on a small notebook b
 from __future__ import annotations
 
 import json
+import os
+import re
 import sys
 from pathlib import Path
 
@@ -169,3 +171,41 @@ def test_the_seven_cores_take_three_hours_or_less() -> None:
     assert sum(sum(run.minutes) for run in runs) <= write_pages.CORE_MINUTES_TARGET, (
         f"the seven cores take more than {write_pages.CORE_MINUTES_TARGET} minutes: {minutes}"
     )
+
+
+OUTSIDE = re.compile(r"(?<![\w.-])(?:\.\./)*shared/|/work/")  # the workspace around the repository
+TEXT_SUFFIXES = {".md", ".py", ".txt", ".toml", ".yml", ".yaml", ".cfg", ".sh", ".ipynb"}
+
+
+def sources_of(path: Path) -> str:
+    """A file's text as the repository holds it; a notebook's cell sources only (its outputs
+    print paths of the machine that ran it)."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if path.suffix != ".ipynb":
+        return text
+    return "\n".join("".join(cell["source"]) for cell in json.loads(text)["cells"])
+
+
+def test_the_readme_stays_a_page_a_learner_reads() -> None:
+    size = len((ROOT / "README.md").read_bytes())
+    assert size <= 20_000, f"README.md is {size:,} bytes: move reference material to docs/"
+
+
+def repository_text_files() -> list[Path]:
+    """The repository's text files, without the environment, caches and build outputs."""
+    skipped = {".git", ".venv", "node_modules", "test-artifacts", "__pycache__"}
+    found = []
+    for folder, subfolders, files in os.walk(ROOT):
+        subfolders[:] = [d for d in subfolders if d not in skipped and not d.endswith(".egg-info")]
+        found += [Path(folder, name) for name in files if Path(name).suffix in TEXT_SUFFIXES]
+    return sorted(found)
+
+
+def test_nothing_in_the_repository_points_outside_it() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}: {match.group(0)!r}"
+        for path in repository_text_files()
+        if path != Path(__file__)
+        for match in OUTSIDE.finditer(sources_of(path))
+    ]
+    assert not found, f"paths outside the repository (cite by title, author, venue): {found}"
