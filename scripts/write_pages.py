@@ -188,6 +188,20 @@ def figure_text(name: str, value: object, figures: dict[str, object]) -> str | N
     return f"{label(name)} {value:,}" if isinstance(value, int) else f"{label(name)} {value:.3g}"
 
 
+def sentence_text(headline: Headline) -> str:
+    """The headline's sentence as the run printed it, each time ratio to one decimal: the
+    second decimal is what the next run changes (FLOP ratios and memory keep theirs)."""
+    text = headline["text"]
+    for name, value in headline["figures"].items():
+        if (
+            TIME_RATIO.match(name)
+            and isinstance(value, int | float)
+            and not isinstance(value, bool)
+        ):
+            text = re.sub(rf"x{value:.2f}(?!\d)", f"x{value:.1f}", text)
+    return text
+
+
 def figures_text(headline: Headline) -> str:
     figures: dict[str, object] = dict(headline["figures"])
     shown = [figure_text(name, value, figures) for name, value in figures.items()]
@@ -238,7 +252,8 @@ def headline_table(runs: list[NotebookRun]) -> str:
             rows.append(f"| `{run.stem}` | (no headline recorded yet) | |")
         for headline in run.headlines.values():
             rows.append(
-                f"| `{run.stem}` | {cell(headline['text'])} | {cell(figures_text(headline))} |"
+                f"| `{run.stem}` | {cell(sentence_text(headline))} | "
+                f"{cell(figures_text(headline))} |"
             )
     return "\n".join(rows)
 
@@ -266,7 +281,9 @@ def results_section(runs: list[NotebookRun]) -> str:
         if not run.headlines:
             lines.append("No headline recorded yet (its cells do not call `record_headline`).")
         for key, headline in run.headlines.items():
-            lines.append(f"- **{cell(headline['text'])}** ({figures_text(headline)}; `{key}`)")
+            lines.append(
+                f"- **{cell(sentence_text(headline))}** ({figures_text(headline)}; `{key}`)"
+            )
         parts.append("\n".join(lines))
     return "\n\n".join(parts)
 

@@ -144,6 +144,19 @@ def test_figures_are_shown_with_their_units_and_time_ratios_as_what_holds(
     assert write_pages.figures_text({"key": "k", "text": "t", "figures": figures}) == shown
 
 
+def test_a_sentence_shows_its_time_ratios_to_one_decimal_and_keeps_other_figures() -> None:
+    headline = {
+        "key": "trainer_time",
+        "text": "Checkpointed, train() took x1.36 the plain CPU time (beyond noise), against x1.31 "
+        "its FLOPs; x1.365 elsewhere.",
+        "figures": {"cpu_time_ratio": 1.3551, "beyond_noise": True, "flops_ratio": 1.31},
+    }
+    assert write_pages.sentence_text(headline) == (  # type: ignore[arg-type]
+        "Checkpointed, train() took x1.4 the plain CPU time (beyond noise), against x1.31 "
+        "its FLOPs; x1.365 elsewhere."
+    )
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_each_notebook_records_headlines_unless_it_is_pending(path: Path) -> None:
     recorded = write_pages.read_run(path).headlines
