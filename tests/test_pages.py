@@ -178,6 +178,18 @@ def test_the_committed_pages_say_what_the_notebooks_printed() -> None:
     assert not stale, f"{stale} disagree with the notebooks: run `python scripts/write_pages.py`"
 
 
+def test_the_committed_outputs_come_from_the_pinned_torch_in_the_cpu_profile() -> None:
+    import setup  # scripts/setup.py: the torch release the setup installs here
+
+    (pin,) = [p for p in setup.TORCH_PINS["Linux", "x86_64"].pins if p.startswith("torch==")]
+    pinned = pin.removeprefix("torch==")
+    made = {run.stem: (run.profile, run.torch_version) for run in write_pages.notebook_runs(ROOT)}
+    other = {stem: m for stem, m in made.items() if m != ("cpu", pinned)}
+    assert not other, (
+        f"re-execute with `scripts/execute_notebooks.py --profile cpu` under torch {pinned}: {other}"
+    )
+
+
 def test_the_seven_cores_take_three_hours_or_less() -> None:
     runs = write_pages.notebook_runs(ROOT)
     minutes = {run.stem: round(sum(run.minutes), 1) for run in runs}
