@@ -10,7 +10,8 @@ checked part by part. Commas are ignored, and ``1.4`` matches ``1.40``.
 Not checked: code (inline or fenced), blockquote lines (``> ...``, quoting an article), numbers
 declared in the same cell as a fixed fact or a quote (``<!-- fixed: 224 64 2016 -->``), small
 integers (0-12: counts, sections), heading and list numbers, numbers that are part of a name
-(VGG16, ResNet-50, Llama-3.2-1B, 16GB) and years cited after "et al.".
+(VGG16, ResNet-50, Llama-3.2-1B, 16GB), versions ("torch 2.15", "5.23.0") and years cited after
+"et al.".
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ HEADING_NUMBER = re.compile(r"^(#+\s*)[\d.]+\s", re.M)
 LIST_NUMBER = re.compile(r"^(\s*)\d+\.\s", re.M)
 BLOCKQUOTE = re.compile(r"^\s*>.*$", re.M)
 CITED_YEAR = re.compile(r"et al\.,?\s*\(?\d{4}")
+SOFTWARE = "torch|PyTorch|torchvision|transformers|peft|TRL|bitsandbytes|Python|CUDA|cuDNN|NumPy"
+VERSION = re.compile(rf"\b(?:{SOFTWARE})\s+v?\d+(?:\.\d+)*|\bv?\d+\.\d+\.\d+\b", re.I)
 MODEL_REFERENCE = re.compile(r"IPY_MODEL_(\w+)")
 # a number, not part of a name: not after a letter (the multiplier x aside) or after "letter-"
 NUMBER = re.compile(r"(?<![A-Za-wy-z\d.,])(?<![A-Za-z]-)(\d+(?:,\d{3})*(?:\.\d+)?)(?![A-Za-z\d])")
@@ -86,7 +89,7 @@ def prose_numbers(markdown: str) -> tuple[list[str], set[float]]:
     """The numbers a piece of markdown states, and the ones it declares fixed or quoted."""
     declared = {v for body in DECLARED.findall(markdown) for v in numbers_in(body)}
     text = FENCED.sub(" ", markdown)
-    for pattern in (COMMENT, INLINE_CODE, MATH, LINK_TARGET, BLOCKQUOTE, CITED_YEAR):
+    for pattern in (COMMENT, INLINE_CODE, MATH, LINK_TARGET, BLOCKQUOTE, CITED_YEAR, VERSION):
         text = pattern.sub(" ", text)
     text = HEADING_NUMBER.sub(r"\1", text)
     text = LIST_NUMBER.sub(r"\1", text)
@@ -190,6 +193,8 @@ def test_the_check_flags_a_typed_number_and_accepts_printed_quoted_and_fixed_one
     fixed = "<!-- fixed: 224 2016 -->\nImages of 224 px (Chen et al. 2016; see 2016 too)."
     assert unexplained_numbers(notebook_with(fixed, printed)) == []
     assert unexplained_numbers(notebook_with("## 13. Heading\n\n3 segments", printed)) == []
+    versions = "torch 2.15 warns; transformers 5.23 renamed it; peft 0.21.2 too."
+    assert unexplained_numbers(notebook_with(versions, printed)) == []
 
 
 def test_a_number_must_come_from_the_cells_before_it_in_its_section() -> None:
