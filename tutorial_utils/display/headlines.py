@@ -10,6 +10,7 @@ figure typed by hand, and a re-executed notebook rewrites its pages.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TypedDict
@@ -28,14 +29,34 @@ class Headline(TypedDict):
     figures: dict[str, Figure]
 
 
+def plain_figure(name: str, value: object) -> Figure:
+    """A figure as JSON keeps it: a numpy or torch scalar becomes its Python number."""
+    item = getattr(value, "item", None)
+    if callable(item) and not isinstance(value, Figure):  # numpy.int64, a 0-d tensor
+        value = item()
+    if not isinstance(value, Figure):
+        raise ValueError(
+            f"figure {name}={value!r}: give a number, bool or str (a run's figure, named with "
+            f"its unit, such as peak_mib=41.5)"
+        )
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"figure {name}={value!r} is not a finite number: was it measured?")
+    return value
+
+
 def record_headline(key: str, text: str, **figures: Figure) -> None:
     """Show ``text`` as this cell's output and store ``figures`` (named with units, such as
-    ``peak_mib`` or ``cpu_time_ratio``) beside it for the pages written from the notebook."""
+    ``peak_mib`` or ``cpu_time_ratio``) beside it for the pages written from the notebook.
+
+    ``scripts/write_pages.py`` shows a ``*time_ratio`` figure to one decimal with its
+    ``beyond_noise`` figure (``ddp_cpu_time_ratio`` pairs with ``ddp_beyond_noise`` first).
+    """
     if not key.isidentifier():
         raise ValueError(f"a headline key is a Python identifier, such as 'vgg16_peak': {key!r}")
     from IPython.display import display
 
-    headline: Headline = {"key": key, "text": text, "figures": dict(figures)}
+    plain = {name: plain_figure(name, value) for name, value in figures.items()}
+    headline: Headline = {"key": key, "text": text, "figures": plain}
     display({HEADLINE_MIME: headline, "text/plain": text}, raw=True)
 
 
