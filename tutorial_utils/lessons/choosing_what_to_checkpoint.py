@@ -396,3 +396,22 @@ def _timing(row: StrategyRow) -> Timing:
     if timing is None:
         raise ValueError(f"{row['checkpointing']!r} was not timed: pass the rows of real steps")
     return timing
+
+
+# at the end, apart from the styles above (their table is moving to checkpointing/)
+__all__ = [
+    "BudgetExplorer",
+    "Sizes",
+    "above_none",
+    "conv_vgg16",
+    "floor_table",
+    "key_rows",
+    "nested_table",
+    "pareto_front",
+    "plot_pareto",
+    "plot_plan",
+    "prediction_errors",
+    "recompute_accounting",
+    "sizes_for",
+    "strategy_table",
+]
