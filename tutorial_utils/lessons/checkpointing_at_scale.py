@@ -118,11 +118,12 @@ def all_gathers(report: str) -> dict[tuple[int, str], int]:
 
 
 def example_file(name: str) -> Path:
-    """``examples/<name>`` of the repository, or, where only the package is installed (Colab),
-    a copy downloaded from the repository into a temporary folder."""
-    local = Path(__file__).resolve().parents[2] / "examples" / name
-    if local.is_file():
-        return local
+    """``examples/<name>`` of the repository: beside the package in a checkout, or beside the
+    notebooks' folder where the package is installed from a wheel; failing both (Colab), a copy
+    downloaded from the repository into a temporary folder."""
+    for root in (Path(__file__).resolve().parents[2], Path.cwd().parent, Path.cwd()):
+        if (root / "examples" / name).is_file():
+            return root / "examples" / name
     copy = Path(tempfile.mkdtemp()) / name
     try:
         urllib.request.urlretrieve(EXAMPLES_URL + name, copy)
