@@ -1,4 +1,4 @@
-"""Notebook 05's panel: rank 0's report parsed, drawn and run under torchrun at small sizes."""
+"""Notebook 05's rank files under real torchrun, their readable errors, and the panel's drawing."""
 
 from __future__ import annotations
 
@@ -10,13 +10,19 @@ from matplotlib.patches import Rectangle
 from tutorial_utils.display.figure_check import figure_problems
 from tutorial_utils.lessons.checkpointing_at_scale import (
     SETUPS,
+    RankError,
     ScalePanel,
+    all_gathers,
+    example_file,
     parse_rank_output,
     plot_scale_run,
     run_rank_file,
+    run_ranks,
+    show_example,
 )
 
 RANK_FILE = Path(__file__).parents[1] / "examples" / "ddp_fsdp_checkpointing.py"
+MINIMAL_FILE = Path(__file__).parents[1] / "examples" / "checkpointing_minimal.py"
 
 # rank 0's output at --width 64 --depth 4 --batch 256 --turns 2 (two gloo ranks)
 SAMPLE = """\
@@ -90,12 +96,55 @@ def test_figure_draws_four_setups_and_two_ratios_per_rank_and_passes_the_check()
     assert figure_problems(figure) == []
 
 
-def test_a_failed_torchrun_says_so_in_one_line(tmp_path):
+def test_the_minimal_rank_file_trains_under_torchrun_on_two_gloo_ranks():
+    printed = run_ranks(MINIMAL_FILE)
+    lines = sorted(line for line in printed.splitlines() if line.startswith("rank "))
+    assert lines == [
+        "rank 0: DDP + checkpoint, step done",
+        "rank 0: FSDP2 + apply_activation_checkpointing, step done, torch.float32 gradients",
+        "rank 1: DDP + checkpoint, step done",
+        "rank 1: FSDP2 + apply_activation_checkpointing, step done, torch.float32 gradients",
+    ]
+    assert len(MINIMAL_FILE.read_text().splitlines()) <= 70  # about 40 lines of code
+
+
+def test_a_failing_rank_comes_back_as_its_own_error_not_the_launchers(tmp_path):
     broken = tmp_path / "broken.py"
-    broken.write_text("raise SystemExit('no ranks here')\n")
-    with pytest.raises(RuntimeError, match="torchrun exited with") as error:
-        run_rank_file(broken, 16, 1, 4)
-    assert "\n" not in str(error.value)
+    broken.write_text(
+        "import torch.distributed as dist\n"
+        'dist.init_process_group("gloo")\n'
+        "if dist.get_rank() == 1:\n"
+        '    raise ValueError("rank 1 has no data")\n'
+        "dist.barrier()\n"
+    )
+    with pytest.raises(RankError) as error:
+        run_ranks(broken)
+    message = str(error.value)
+    assert "rank 1:" in message and "ValueError: rank 1 has no data" in message
+    assert "ChildFailedError" not in message and "Connection closed" not in message
+    assert f"torchrun --standalone --nproc-per-node 2 {broken}" in message
+    exits = tmp_path / "exits.py"
+    exits.write_text("raise SystemExit('no ranks here')\n")
+    with pytest.raises(RankError, match="torchrun exited with"):
+        run_rank_file(exits, 16, 1, 4)
+
+
+def test_the_examples_are_found_and_shown_as_python():
+    assert example_file("checkpointing_minimal.py") == MINIMAL_FILE
+    shown = show_example("checkpointing_minimal.py")
+    assert "fully_shard" in shown.data and shown.language == "python"
+
+
+def test_all_gathers_are_read_per_rank_and_order_and_a_report_without_them_is_refused():
+    report = SAMPLE + (
+        "\nFSDP in bf16, collectives in one step's forward and backward, per rank:\n"
+        "  rank 0  checkpoint, then fully_shard                   9 all-gathers |   5 "
+        "reduce-scatters | float32 gradients\n"
+    )
+    assert all_gathers(report) == {(0, "checkpoint, then fully_shard"): 9}
+    assert parse_rank_output(report).peak_mib == parse_rank_output(SAMPLE).peak_mib
+    with pytest.raises(ValueError, match="no all-gather counts"):
+        all_gathers(SAMPLE)
 
 
 @pytest.mark.slow

@@ -123,3 +123,28 @@ def test_compile_budgets_join_the_strategy_table_as_dry_runs():
     assert low["kind"] == high["kind"] == "compile-budget"
     assert low["family"] == high["family"] == "compile budget"
     assert low["step_gflop"] > high["step_gflop"] == rows["none"]["step_gflop"]
+
+
+def test_profiled_peak_bytes_agrees_with_peak_bytes_on_an_eager_step_and_reads_a_compiled_one():
+    """Notebook 04's compile cell: the profiler's allocation events read the eager step's peak
+    as peak_bytes does, and read the compiled step's below it (fused kernels keep less)."""
+    from tutorial_utils.tools import peak_bytes, profiled_peak_bytes
+
+    torch.manual_seed(0)
+    model = mlp(blocks=2, width=64)
+    x, y = torch.randn(128, 64), torch.randint(0, 10, (128,))
+
+    def step(forward):
+        model.zero_grad(set_to_none=True)
+        F.cross_entropy(forward(x), y).backward()
+
+    eager = functools.partial(step, model)
+    eager()
+    model.zero_grad(set_to_none=True)  # the profiler sees only frees of what it saw allocated
+    eager_peak = profiled_peak_bytes(eager)
+    assert eager_peak == peak_bytes(eager)
+    torch._dynamo.reset()
+    compiled = functools.partial(step, torch.compile(model))
+    compiled()
+    model.zero_grad(set_to_none=True)
+    assert 0 < profiled_peak_bytes(compiled) < eager_peak

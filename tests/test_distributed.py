@@ -1,12 +1,11 @@
-"""Notebook 05's rank file, run for real by torchrun on 2 gloo ranks, and the launcher's failures.
+"""Notebook 05's rank files, run for real by torchrun on 2 gloo ranks, and the launcher's failures.
 
-The notebook holds the file every rank runs as text in two copy cells (``RANK_SCRIPT``) and writes
-it out for ``torchrun``; ``examples/ddp_fsdp_checkpointing.py`` is the same file in the repository.
+The rank files live in ``examples/``; the notebook shows them with highlighting and runs them.
+Rank 0 writes the measuring file's report to ``--report``, apart from what gloo prints on stdout.
 """
 
 from __future__ import annotations
 
-import ast
 import multiprocessing
 import os
 import re
@@ -26,36 +25,28 @@ RANK_FILE = ROOT / "examples" / "ddp_fsdp_checkpointing.py"
 REENTRANT_DDP_ERROR = "Expected to mark a variable ready only once"
 
 
-def notebook_rank_script() -> str:
-    """``RANK_SCRIPT`` as the notebook's cells build it: one literal, then ``+=`` literals."""
-    text = ""
-    for cell in nbformat.read(NOTEBOOK, as_version=4).cells:
-        if cell.cell_type != "code":
-            continue
-        for node in ast.parse(cell.source).body:
-            if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "RANK_SCRIPT":
-                text = ast.literal_eval(node.value)
-            elif (
-                isinstance(node, ast.AugAssign) and getattr(node.target, "id", "") == "RANK_SCRIPT"
-            ):
-                text += ast.literal_eval(node.value)
-    return text
-
-
-def test_the_notebook_shows_the_repository_file_character_for_character() -> None:
-    assert notebook_rank_script() == RANK_FILE.read_text(encoding="utf-8")
+def test_the_notebook_shows_both_rank_files_from_the_repository() -> None:
+    code = "\n".join(
+        c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells if c.cell_type == "code"
+    )
+    for name in ("checkpointing_minimal.py", "ddp_fsdp_checkpointing.py"):
+        assert f'show_example("{name}")' in code, name
+        assert (ROOT / "examples" / name).is_file(), name
+    assert "RANK_SCRIPT" not in code  # no rank file inside a string
 
 
 @pytest.fixture(scope="module")
-def report() -> str:
-    """What rank 0 prints for a small model: a few seconds of work on 2 gloo ranks."""
+def report(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """What rank 0 reports for a small model: a few seconds of work on 2 gloo ranks."""
+    written = tmp_path_factory.mktemp("report") / "report.txt"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc-per-node", "2", str(RANK_FILE),
-               "--width", "32", "--depth", "4", "--batch", "512", "--turns", "2"]  # fmt: skip
+               "--nproc-per-node", "2", str(RANK_FILE), "--width", "32", "--depth", "4",
+               "--batch", "512", "--turns", "2", "--report", str(written)]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
+    assert "rank 0  DDP " not in done.stdout  # the report goes to its file only
+    return written.read_text(encoding="utf-8")
 
 
 def test_torchrun_runs_two_gloo_ranks(report: str) -> None:
@@ -122,6 +113,21 @@ def test_step_times_come_per_rank_with_and_without_checkpointing(report: str) ->
             assert "beyond noise" in block[1] and "beyond noise" in block[3]
 
 
+def test_only_fsdp1_under_a_reentrant_checkpoint_gathers_again(report: str) -> None:
+    """One step, 4 blocks: every wrapping order gathers as often, except FSDP1 under a reentrant
+    checkpoint around each unit, which gathers each block once more (transformers' warning)."""
+    found = re.findall(r"^  rank (\d)  (\S.*?)\s+(\d+) all-gathers \|.*\| float32 gradients$",
+                       report, re.M)  # fmt: skip
+    gathers = {(order, int(rank)): int(n) for rank, order, n in found}
+    assert len(gathers) == 10  # five orders, two ranks
+    for rank in (0, 1):
+        inside = gathers["checkpoint, then fully_shard", rank]
+        for order in ("fully_shard, then checkpoint", "fully_shard, then reentrant checkpoint",
+                      "FSDP1, checkpoint inside each unit"):  # fmt: skip
+            assert gathers[order, rank] == inside, order
+        assert gathers["FSDP1, reentrant checkpoint around each unit", rank] == inside + 4
+
+
 def test_a_failing_rank_gives_one_clear_error_and_leaves_no_process() -> None:
     with pytest.raises(
         DistributedRunError, match=r"^rank 1 failed: ValueError: rank 1 was told to fail$"
@@ -152,7 +158,8 @@ def test_the_copy_cells_show_the_distributed_setup() -> None:
     """The calls a learner copies are in the notebook's code, not behind a helper."""
     cells = [c for c in nbformat.read(NOTEBOOK, as_version=4).cells if c.cell_type == "code"]
     copied = "\n".join(c.source for c in cells if "copy" in c.metadata.get("tags", []))
-    for call in ("init_process_group(", "DistributedDataParallel(", "static_graph", "checkpoint(",
-                 "apply_activation_checkpointing(", "fully_shard(", "torch.distributed.run"):  # fmt: skip
+    for call in ("init_process_group(", "DistributedDataParallel(", "static_graph=True",
+                 "checkpoint(", "apply_activation_checkpointing(", "fully_shard(",
+                 "MixedPrecisionPolicy("):  # fmt: skip
         assert call in copied, call
     assert any("find_unused_parameters=True" in c.source for c in cells)

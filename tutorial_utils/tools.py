@@ -195,3 +195,25 @@ def compare_times(times: dict[str, StepTimes], reference: str) -> str:
                 f"({min(ours):.3f}-{max(ours):.3f}){verdict}"
             )
     return "\n".join(lines)
+
+
+def profiled_peak_bytes(step: Callable[[], object], device: str | torch.device = "cpu") -> int:
+    """``step()``'s peak, also counting buffers that no PyTorch operator allocates.
+
+    ``torch.compile``'s generated code allocates its buffers itself, so ``peak_bytes`` misses
+    them. On CUDA the allocator's counter sees them (``peak_bytes``); elsewhere the profiler's
+    allocation events do. The profiler sees only frees of what it saw allocated: free what the
+    step would free first (``model.zero_grad(set_to_none=True)``), then call this.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    if torch.device(device).type == "cuda":
+        return peak_bytes(step, device)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    now = peak = 0
+    for event in sorted(events, key=lambda e: e.start_ns()):
+        now += event.nbytes()  # positive: allocated, negative: freed
+        peak = max(peak, now)
+    return peak

@@ -1,8 +1,9 @@
-"""Notebook 05's panel: the rank file under torchrun at the sizes a learner picks, drawn per rank.
+"""Notebook 05's rank files: shown, run under torchrun with readable errors, and drawn per rank.
 
-The panel writes nothing of its own: it runs the notebook's rank file (the one its core cells wrote,
-or ``examples/ddp_fsdp_checkpointing.py``) on 2 gloo CPU ranks and reads what rank 0 printed, so
-the learner sees memory fall and time rise as width, depth and batch change.
+The rank files live in ``examples/`` (a notebook cannot be a rank). The notebook shows them with
+highlighting, runs them on gloo CPU ranks, and reads rank 0's report from a file: gloo prints its
+own lines on the ranks' stdout in some torch versions. The panel reruns the measuring file at the
+sizes a learner picks, so memory falls and time rises as width, depth and batch change.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +23,23 @@ from matplotlib.figure import Figure
 from tutorial_utils.display.plotting import figure_subtitle
 from tutorial_utils.display.widgets import RunPanel, int_slider
 
+__all__ = [
+    "RankError",
+    "all_gathers",
+    "ScalePanel",
+    "ScaleRun",
+    "example_file",
+    "parse_rank_output",
+    "plot_scale_run",
+    "rank_report",
+    "run_rank_file",
+    "run_ranks",
+    "show_example",
+]
+
+EXAMPLES_URL = (
+    "https://raw.githubusercontent.com/checkpointing-tutorial/checkpointing-tutorial/main/examples/"
+)
 SETUPS = ("DDP", "DDP + checkpointing", "FSDP", "FSDP + checkpointing")
 PLAINS = ("DDP", "FSDP")
 RANKS = 2
@@ -61,9 +81,9 @@ class ScaleRun:
 def parse_rank_output(stdout: str) -> ScaleRun:
     """Rank 0's report (header, DDP cases, memory table, step times) as numbers per rank."""
     sections = stdout.strip().split("\n\n")
-    if len(sections) != 4:
-        raise ValueError(f"expected 4 sections in the rank file's output, got {len(sections)}")
-    header, _, memory_report, time_report = sections
+    if len(sections) not in (4, 5):
+        raise ValueError(f"expected 4 or 5 sections in the rank file's report, got {len(sections)}")
+    header, _, memory_report, time_report = sections[:4]
     kept, peak = {}, {}
     for rank, name, kept_text, peak_text, _ in MEMORY_LINE.findall(memory_report):
         if name not in SETUPS:
@@ -84,27 +104,113 @@ def parse_rank_output(stdout: str) -> ScaleRun:
     return ScaleRun(kept, peak, ratios, header, memory_report, time_report)
 
 
-def run_rank_file(rank_file: Path, width: int, depth: int, batch: int) -> str:
-    """Rank 0's output of the rank file on 2 gloo CPU ranks, one thread each."""
-    import tutorial_utils.tools  # the ranks import it from where this process found it
+COLLECTIVES_LINE = re.compile(
+    r"^\s*rank (\d+)\s+(.+?)\s+(\d+) all-gathers \|\s+(\d+) reduce-scatters", re.MULTILINE
+)
+
+
+def all_gathers(report: str) -> dict[tuple[int, str], int]:
+    """(rank, order of wrapping): the all-gathers of one step, from the report's last section."""
+    found = {(int(r), order): int(n) for r, order, n, _ in COLLECTIVES_LINE.findall(report)}
+    if not found:
+        raise ValueError("the rank file's report holds no all-gather counts")
+    return found
+
+
+def example_file(name: str) -> Path:
+    """``examples/<name>`` of the repository: beside the package in a checkout, or beside the
+    notebooks' folder where the package is installed from a wheel; failing both (Colab), a copy
+    downloaded from the repository into a temporary folder."""
+    for root in (Path(__file__).resolve().parents[2], Path.cwd().parent, Path.cwd()):
+        if (root / "examples" / name).is_file():
+            return root / "examples" / name
+    copy = Path(tempfile.mkdtemp()) / name
+    try:
+        urllib.request.urlretrieve(EXAMPLES_URL + name, copy)
+    except OSError as error:
+        raise FileNotFoundError(
+            f"no examples/{name} here and it could not be downloaded ({error}): clone the repository"
+        ) from error
+    return copy
+
+
+def show_example(name: str) -> object:
+    """The rank file as highlighted Python, for a notebook cell's output."""
+    from IPython.display import Code
+
+    return Code(filename=str(example_file(name)), language="python")
+
+
+class RankError(RuntimeError):
+    """A rank file failed under torchrun: the failing rank's error, not the launcher's noise."""
+
+
+RANK_LINE = re.compile(r"^\[rank(\d+)\]: ?(.*)$")  # torchrun prefixes each rank's stderr
+KNOCK_ON = ("Connection closed by peer", "Connection reset by peer")  # a rank that saw another fail
+
+
+def first_traceback(stderr: str) -> str:
+    """The error of the rank that failed first, with the few lines above it, from torchrun's
+    stderr; the ranks that only lost their peer come second."""
+    by_rank: dict[int, list[str]] = {}
+    for line in stderr.splitlines():
+        if found := RANK_LINE.match(line):
+            by_rank.setdefault(int(found[1]), []).append(found[2])
+    blocks = []
+    for rank, lines in by_rank.items():
+        starts = [i for i, line in enumerate(lines) if line.startswith("Traceback")]
+        if starts:
+            blocks.append((rank, lines[starts[-1] :]))
+    blocks.sort(key=lambda block: any(text in block[1][-1] for text in KNOCK_ON))
+    if blocks:
+        rank, lines = blocks[0]
+        return f"rank {rank}:\n" + "\n".join(lines[-5:])
+    rest = [line for line in stderr.splitlines() if line.strip()]
+    return rest[-1].strip() if rest else "no message"
+
+
+def run_ranks(
+    rank_file: Path | str, options: list[str] | None = None, ranks: int = 2, gpus: bool = False
+) -> str:
+    """Run ``rank_file`` under torchrun on ``ranks`` processes, one thread each; its stdout.
+
+    The ranks import ``tutorial_utils.tools`` from where this process found it. ``gpus=False``
+    hides the GPUs, so the ranks talk gloo on the CPU. A failure raises ``RankError`` with the
+    first rank's traceback and the command to rerun in a terminal.
+    """
+    import tutorial_utils.tools
 
     tools_root = str(Path(tutorial_utils.tools.__file__).parents[1])
     paths = [tools_root, *filter(None, [os.environ.get("PYTHONPATH")])]
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(paths),
-        "OMP_NUM_THREADS": "1",
-        "CUDA_VISIBLE_DEVICES": "",
-    }
-    options = f"--width {width} --depth {depth} --batch {batch} --turns {TURNS}".split()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "OMP_NUM_THREADS": "1"}
+    if not gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    command += ["--nproc-per-node", str(RANKS), str(rank_file), *options]
+    command += ["--nproc-per-node", str(ranks), str(rank_file), *(options or [])]
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     if done.returncode != 0:
-        lines = [line for line in done.stderr.splitlines() if line.strip()]
-        last = lines[-1].strip() if lines else "no message"
-        raise RuntimeError(f"torchrun exited with {done.returncode}: {last}")
+        raise RankError(
+            f"torchrun exited with {done.returncode}; the first rank's error:\n"
+            f"{first_traceback(done.stderr)}\n(rerun in a terminal to see every rank: "
+            f"torchrun {' '.join(command[3:])})"
+        )
     return done.stdout
+
+
+def rank_report(
+    rank_file: Path | str, options: list[str] | None = None, ranks: int = 2, gpus: bool = False
+) -> str:
+    """What rank 0 wrote to ``--report``: a file, apart from anything gloo prints."""
+    with tempfile.TemporaryDirectory() as folder:
+        report = Path(folder) / "report.txt"
+        run_ranks(rank_file, [*(options or []), "--report", str(report)], ranks, gpus)
+        return report.read_text(encoding="utf-8")
+
+
+def run_rank_file(rank_file: Path, width: int, depth: int, batch: int) -> str:
+    """Rank 0's report of the measuring rank file on 2 gloo CPU ranks, one thread each."""
+    options = f"--width {width} --depth {depth} --batch {batch} --turns {TURNS}".split()
+    return rank_report(rank_file, options, RANKS)
 
 
 def plot_scale_run(run: ScaleRun, width: int, depth: int, batch: int) -> Figure:

@@ -355,10 +355,14 @@ def prediction_errors(
     measured: Sequence[StrategyRow], dry: Sequence[StrategyRow], roofline: dict[str, float]
 ) -> str:
     """Median measured time ratios to "none" beside the FLOP and roofline predictions, with each
-    prediction's error; rows within noise are marked, and their errors mean little."""
+    prediction's error. The last column says whether the wall-time ranges of the repeats are
+    apart or overlap ("beyond noise" is kept for ``tools.time_turns``' CPU-time medians): where
+    they overlap, the errors mean little."""
     reference = _timing(measured[0])
     width = max(len(row["checkpointing"]) for row in measured)
-    lines = [f"{'strategy':<{width}}  {'measured':>8}  {'FLOPs':>13}  {'roofline':>13}  noise"]
+    lines = [
+        f"{'strategy':<{width}}  {'measured':>8}  {'FLOPs':>13}  {'roofline':>13}  wall ranges"
+    ]
     for real, counted in zip(measured[1:], dry[1:], strict=True):
         timing, name = _timing(real), real["checkpointing"]
         ratio = timing.median / reference.median
@@ -368,7 +372,7 @@ def prediction_errors(
         noise = (
             "1 run"
             if timing.repeats == 1
-            else ("beyond" if not timing.overlaps(reference) else "within")
+            else ("apart" if not timing.overlaps(reference) else "overlap")
         )
         lines.append(
             f"{name:<{width}}  {f'x{ratio:.2f}':>8}  x{flops:.2f} {ratio / flops - 1:>+5.0%}  "
@@ -382,3 +386,22 @@ def _timing(row: StrategyRow) -> Timing:
     if timing is None:
         raise ValueError(f"{row['checkpointing']!r} was not timed: pass the rows of real steps")
     return timing
+
+
+# at the end, apart from the styles above (their table is moving to checkpointing/)
+__all__ = [
+    "BudgetExplorer",
+    "Sizes",
+    "above_none",
+    "conv_vgg16",
+    "floor_table",
+    "key_rows",
+    "nested_table",
+    "pareto_front",
+    "plot_pareto",
+    "plot_plan",
+    "prediction_errors",
+    "recompute_accounting",
+    "sizes_for",
+    "strategy_table",
+]
