@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 
 import pytest
 import torch
 import torch.nn as nn
 
+from tutorial_utils.__main__ import main
 from tutorial_utils.articles.profiles import PROFILES
 from tutorial_utils.checkpointing.blocks import checkpointed_blocks
 from tutorial_utils.checkpointing.selective import MATRIX_PRODUCT_OPS, saving_policy
-from tutorial_utils.checkpointing.strategy import NO_CHECKPOINTING, every_nth_block, offloaded
+from tutorial_utils.checkpointing.strategy import NO_CHECKPOINTING, offloaded
 from tutorial_utils.display.figure_check import figure_problems
+from tutorial_utils.estimate.estimator import Workload
 from tutorial_utils.lessons.checkpointing_a_transformer import (
     StrategyExplorer,
     adamw,
@@ -209,18 +213,30 @@ def test_largest_fitting_finds_the_boundary_from_any_start(start, answer):
     assert len(tried) <= 16
 
 
-def test_longest_sequences_are_the_boundary_between_fit_and_not():
-    meta = build_causal_lm(small_llama_config(), "meta")
-    full = every_nth_block(1)
-    budget = lm_step(meta, full, 1, 1500).peak_bytes
-    fit, loose = longest_sequences(
-        meta, full, {"test": budget, "twice": 2 * budget}, unit=64, max_sequence=8192
-    )
-    assert fit.sequence == 1472  # the largest multiple of 64 at or below 1500 tokens
-    assert fit.peak_bytes <= budget < lm_step(meta, full, 1, fit.sequence + 64).peak_bytes
-    assert loose.sequence > fit.sequence and loose.peak_bytes <= 2 * budget
-    with pytest.raises(ValueError, match="positive budgets"):
-        longest_sequences(meta, full, {"none": 0})
+def test_notebook_and_command_line_give_the_same_longest_sequences(tmp_path, capsys):
+    """Notebook 06's table (``longest_sequences``) and ``python -m tutorial_utils estimate`` read
+    the same longest sequence for every strategy: one engine (issue 41). A tiny config keeps it
+    cheap; its large vocabulary makes the two strategies' answers differ."""
+    config = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+              "num_hidden_layers": 6, "num_attention_heads": 2, "num_key_value_heads": 2,
+              "vocab_size": 16000, "max_position_embeddings": 8192}  # fmt: skip
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    workload = Workload(f"hf:{path}", batch=1, size=512, lora_rank=4)
+    fits = longest_sequences(workload, ["none", "every-block"], ["1GB"])
+    notebook = {f.strategy: f.sequence for f in fits}
+    args = ["estimate", "--hf-config", str(path), "--seq", "512", "--lora", "4", "--card", "1GB"]
+    assert main([*args, "--strategies", "none,every-block", "--jobs", "1"]) == 0
+    command = {}  # the last table printed: the one with the longest sequences
+    for line in capsys.readouterr().out.splitlines():
+        for name in notebook:
+            if line.startswith(f"{name}  "):
+                tokens = re.search(r"([\d,]+) tokens", line)
+                command[name] = int(tokens.group(1).replace(",", "")) if tokens else 0
+    assert command == notebook
+    assert 0 < notebook["none"] < notebook["every block"]
+    with pytest.raises(ValueError, match="at least one strategy"):
+        longest_sequences(workload, [], ["1GB"])
 
 
 def test_bad_input_gets_a_one_line_error():

@@ -46,7 +46,6 @@ from tutorial_utils.lessons.checkpointing_a_transformer.pitfalls import (
 )
 from tutorial_utils.lessons.checkpointing_a_transformer.reach import (
     Fit,
-    card_budget,
     fit_table,
     longest_sequences,
 )
@@ -75,7 +74,6 @@ __all__ = [
     "block_saved_bytes",
     "breakdown_table",
     "build_causal_lm",
-    "card_budget",
     "checkpointing_messages",
     "decoder_blocks",
     "default_use_reentrant",
