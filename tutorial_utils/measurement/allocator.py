@@ -48,7 +48,7 @@ SMALL_SEGMENT_BYTES = 2 * 2**20
 LARGE_SEGMENT_BYTES = 20 * 2**20  # requests between 1 and 10 MiB share segments of this size
 MIN_LARGE_ALLOC_BYTES = 10 * 2**20
 ROUND_LARGE_BYTES = 2 * 2**20
-_ADDRESS_SPACE_BYTES = 2**56  # an expandable segment's virtual range: never the limit here
+_ADDRESS_SPACE_BYTES = 2**44  # an expandable segment's virtual range (16 TiB): never the limit
 
 # cuBLAS takes a workspace from the caching allocator the first time a thread multiplies matrices
 # and keeps it: ``CUBLAS_WORKSPACE_CONFIG``'s default ":4096:2:16:8" (8 MiB + 128 KiB), 32 MiB on
@@ -57,6 +57,27 @@ CUBLAS_WORKSPACE_BYTES = 4096 * 1024 * 2 + 16 * 1024 * 8
 CUBLAS_WORKSPACE_HOPPER_BYTES = 32 * 2**20
 
 EventKind = Literal["malloc", "free", "workspace"]
+TraceAction = Literal[
+    "alloc",
+    "free_requested",
+    "free_completed",
+    "segment_alloc",
+    "segment_free",
+    "segment_map",
+    "segment_unmap",
+    "oom",
+]
+
+
+class TraceEntry(NamedTuple):
+    """One action of the emulated allocator, as ``torch.cuda.memory._record_memory_history``
+    records them (``label``: what asked, e.g. "step 2")."""
+
+    action: TraceAction
+    address: int
+    nbytes: int
+    label: str
+    device_free_bytes: int = 0  # an "oom": what the card had left beyond the reserved bytes
 
 
 class AllocationEvent(NamedTuple):
@@ -104,6 +125,7 @@ class Block:
     size: int
     small: bool
     allocated: bool = False
+    requested_bytes: int = 0  # what the request asked for, before rounding
     mapped: bool = True
     prev: Block | None = None
     next: Block | None = None
@@ -151,7 +173,13 @@ class CachingAllocator:
     ``capacity_bytes`` is what ``cudaMalloc`` can hand out in all (the card less the CUDA
     context and anything else held outside PyTorch); None: unlimited."""
 
-    def __init__(self, capacity_bytes: int | None = None, expandable_segments: bool = False):
+    def __init__(
+        self,
+        capacity_bytes: int | None = None,
+        expandable_segments: bool = False,
+        *,
+        record_trace: bool = False,
+    ):
         self.capacity_bytes = capacity_bytes
         self.expandable_segments = expandable_segments
         self.allocated_bytes = 0
@@ -163,6 +191,10 @@ class CachingAllocator:
         self._free = {small: _SortedBlocks() for small in (True, False)}  # by (size, address)
         self._unmapped = {small: _SortedBlocks() for small in (True, False)}  # by address
         self._next_address = 0
+        # with ``record_trace``: every action in order, and the blocks handed out (for a snapshot)
+        self.trace: list[TraceEntry] | None = [] if record_trace else None
+        self.handed: set[Block] = set()
+        self.label = ""  # names the requests in the trace
         if expandable_segments:
             for small in (True, False):
                 base = (1 + int(small)) * _ADDRESS_SPACE_BYTES
@@ -181,6 +213,8 @@ class CachingAllocator:
             self._release_cache()
             block = self._new_memory(small, size)
             if block is None:
+                free_bytes = (self.capacity_bytes or 0) - self.reserved_bytes
+                self._note("oom", 0, size, free_bytes)
                 raise EmulatedOutOfMemory(
                     f"tried to allocate {segment_bytes(size) / 2**20:,.1f} MiB with "
                     f"{self.reserved_bytes / 2**20:,.1f} MiB reserved of "
@@ -195,14 +229,22 @@ class CachingAllocator:
             self._add_free(block)
             block = handed
         block.allocated = True
+        block.requested_bytes = nbytes
         self.allocated_bytes += block.size
         self.max_allocated_bytes = max(self.max_allocated_bytes, self.allocated_bytes)
+        if self.trace is not None:
+            self._note("alloc", block.address, block.size)
+            self.handed.add(block)
         return block
 
     def free(self, block: Block) -> None:
         """Give ``block`` back: it merges with free neighbours and stays cached."""
         block.allocated = False
         self.allocated_bytes -= block.size
+        if self.trace is not None:
+            self._note("free_requested", block.address, block.size)
+            self._note("free_completed", block.address, block.size)
+            self.handed.discard(block)
         self._merge_neighbours(block)
         self._add_free(block)
 
@@ -233,6 +275,10 @@ class CachingAllocator:
     def _fits_card(self, nbytes: int) -> bool:
         return self.capacity_bytes is None or self.reserved_bytes + nbytes <= self.capacity_bytes
 
+    def _note(self, action: TraceAction, address: int, nbytes: int, free_bytes: int = 0) -> None:
+        if self.trace is not None:
+            self.trace.append(TraceEntry(action, address, nbytes, self.label, free_bytes))
+
     def _reserve(self, nbytes: int) -> None:
         self.reserved_bytes += nbytes
         self.max_reserved_bytes = max(self.max_reserved_bytes, self.reserved_bytes)
@@ -248,6 +294,7 @@ class CachingAllocator:
         self._reserve(nbytes)
         block = Block(self._next_address, nbytes, small)
         self._next_address += nbytes
+        self._note("segment_alloc", block.address, nbytes)
         return block
 
     def _grow(self, small: bool, size: int) -> Block | None:
@@ -289,6 +336,7 @@ class CachingAllocator:
             rest.link(block, block.next)
             self._add_unmapped(rest)
         block.size, block.mapped = mapped, True
+        self._note("segment_map", block.address, mapped)
         self._merge_neighbours(block)
         self._add_free(block)
         self._reserve(mapped)
@@ -306,6 +354,7 @@ class CachingAllocator:
                 elif block.prev is None and block.next is None:
                     self._remove_free(block)
                     self.reserved_bytes -= block.size
+                    self._note("segment_free", block.address, block.size)
 
     def _unmap_pages(self, block: Block) -> None:
         page = _page_bytes(block.small)
@@ -324,6 +373,7 @@ class CachingAllocator:
             self._add_free(after)
         block.address, block.size, block.mapped = begin, end - begin, False
         self.reserved_bytes -= block.size
+        self._note("segment_unmap", block.address, block.size)
         self._merge_neighbours(block)
         self._add_unmapped(block)
 
@@ -348,6 +398,10 @@ class CachingAllocator:
                 if block.next is not None:
                     block.next.prev = block
             block.size += other.size
+
+    def free_blocks(self) -> list[Block]:
+        """The cached blocks, mapped and free."""
+        return [*self._free[True].blocks(), *self._free[False].blocks()]
 
     def _add_free(self, block: Block) -> None:
         self._free[block.small].add((block.size, block.address), block)
@@ -413,19 +467,7 @@ def replay(
     between steps, as ``zero_grad(set_to_none=True)`` and a new loss do. cuBLAS workspaces are
     taken once per thread and kept."""
     allocator = CachingAllocator(capacity_bytes, expandable_segments)
-    live: dict[int, Block] = {}
-    workspaces: dict[int, Block] = {}
-    try:
-        _run(allocator, log.events[: log.baseline_events], live, workspaces, workspace_bytes)
-        baseline = set(live)
-        for _ in range(steps):
-            for key in [key for key in live if key not in baseline]:
-                allocator.free(live.pop(key))
-            _run(allocator, log.events[log.baseline_events :], live, workspaces, workspace_bytes)
-    except EmulatedOutOfMemory:
-        out_of_memory = True
-    else:
-        out_of_memory = False
+    out_of_memory = not run_steps(allocator, log, steps=steps, workspace_bytes=workspace_bytes)
     return AllocatorPrediction(
         allocator.max_allocated_bytes,
         allocator.max_reserved_bytes,
@@ -434,6 +476,31 @@ def replay(
         capacity_bytes,
         expandable_segments,
     )
+
+
+def run_steps(
+    allocator: CachingAllocator,
+    log: AllocationLog,
+    *,
+    steps: int = 2,
+    workspace_bytes: int = CUBLAS_WORKSPACE_BYTES,
+) -> bool:
+    """``replay``'s run of ``log`` through ``allocator``; False when it ran out of memory. Each
+    request is labelled "before the step", "step 1", ... (or "cuBLAS workspace") in a trace."""
+    live: dict[int, Block] = {}
+    workspaces: dict[int, Block] = {}
+    try:
+        allocator.label = "before the step"
+        _run(allocator, log.events[: log.baseline_events], live, workspaces, workspace_bytes)
+        baseline = set(live)
+        for step in range(1, steps + 1):
+            allocator.label = f"step {step}"
+            for key in [key for key in live if key not in baseline]:
+                allocator.free(live.pop(key))
+            _run(allocator, log.events[log.baseline_events :], live, workspaces, workspace_bytes)
+    except EmulatedOutOfMemory:
+        return False
+    return True
 
 
 def _run(
@@ -451,4 +518,6 @@ def _run(
             if block is not None:  # None: a baseline storage the first step already freed
                 allocator.free(block)
         elif key not in workspaces:
+            label, allocator.label = allocator.label, "cuBLAS workspace"
             workspaces[key] = allocator.malloc(workspace_bytes)
+            allocator.label = label
