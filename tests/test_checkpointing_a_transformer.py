@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import warnings
+from functools import partial
 
 import pytest
 import torch
@@ -29,6 +31,7 @@ from tutorial_utils.lessons.checkpointing_a_transformer import (
     korthikanti_layer_bytes,
     lm_step,
     longest_sequences,
+    plot_snapshot_timeline,
     sizes_for,
     small_gpt2_config,
     small_llama_config,
@@ -37,6 +40,7 @@ from tutorial_utils.lessons.checkpointing_a_transformer import (
     token_batch,
     trainable_parameters,
 )
+from tutorial_utils.lessons.checkpointing_a_transformer.snapshot_timeline import timeline_bands
 from tutorial_utils.measurement.batch_search import largest_fitting
 from tutorial_utils.measurement.dry_run import dry_run_step
 from tutorial_utils.measurement.meta_attention import (
@@ -279,3 +283,56 @@ def test_explorer_dry_runs_every_strategy_and_follows_its_sliders():
     explorer.panel.controls["sequence"].value = 2048  # past GPT-2's context: said, not predicted
     with pytest.raises(ValueError, match="at most 1,024 tokens"):
         explorer.panel.run()
+
+
+def test_snapshot_timeline_stacks_bands_and_drops_them_when_freed():
+    """Three allocations, the first freed: the bands above it fall by its size, as memory_viz
+    draws them; the smallest, beyond ``largest``, is summed at the bottom."""
+    trace = [
+        {"action": "alloc", "addr": 1, "size": 100, "frames": [{"name": "step 1"}]},
+        {"action": "alloc", "addr": 2, "size": 50, "frames": [{"name": "step 1"}]},
+        {"action": "alloc", "addr": 3, "size": 5, "frames": [{"name": "step 1"}]},
+        {"action": "free_completed", "addr": 1, "size": 100, "frames": [{"name": "step 2"}]},
+    ]
+    bands, summed, names = timeline_bands({"device_traces": [trace]}, largest=2)
+    first, second = bands
+    assert first.xs == [0, 1, 2] and first.bottoms == [0, 0, 5]
+    assert second.xs == [1, 2, 3] and second.bottoms == [100, 105, 5]  # falls when the first goes
+    assert summed == [0, 0, 5, 5] and names[-1] == "step 2"
+    figure = plot_snapshot_timeline({"device_traces": [trace]}, "test", largest=2)
+    assert figure_problems(figure) == []
+    with pytest.raises(ValueError, match="no allocations"):
+        timeline_bands({"device_traces": [[]]})
+
+
+def test_selective_checkpointing_under_saved_tensor_hooks_warns_only_when_left_unset():
+    """Notebook 06 counts a selective policy's kept bytes with the tools' saved-tensor hooks and
+    passes respect_saved_tensors_hooks=True: no FutureWarning, and the kept bytes are counted."""
+    from torch.utils.checkpoint import (
+        CheckpointPolicy,
+        checkpoint,
+        create_selective_checkpoint_contexts,
+    )
+
+    from tutorial_utils.tools import SavedTensors
+
+    def keep_matmuls(ctx, op, *args, **kwargs):
+        keep = op == torch.ops.aten.mm.default
+        return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
+
+    weight = torch.randn(64, 64, requires_grad=True)
+    x = torch.randn(32, 64, requires_grad=True)
+
+    def kept(**hooks) -> int:
+        context = partial(create_selective_checkpoint_contexts, keep_matmuls)
+        with SavedTensors(leave_out=[weight]) as saved:
+            checkpoint(lambda t: (t @ weight).relu(), x, use_reentrant=False,
+                       context_fn=context, **hooks)  # fmt: skip
+        return saved.total_bytes
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        honoured = kept(respect_saved_tensors_hooks=True)
+    with pytest.warns(FutureWarning, match="respect_saved_tensors_hooks"):
+        legacy = kept()
+    assert honoured == legacy + 32 * 64 * 4  # the policy's kept matmul output is counted too
