@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
+import warnings
+from functools import partial
 
 import pytest
 import torch
 import torch.nn as nn
 
+from tutorial_utils.__main__ import main
 from tutorial_utils.articles.profiles import PROFILES
 from tutorial_utils.checkpointing.blocks import checkpointed_blocks
 from tutorial_utils.checkpointing.selective import MATRIX_PRODUCT_OPS, saving_policy
-from tutorial_utils.checkpointing.strategy import NO_CHECKPOINTING, every_nth_block, offloaded
+from tutorial_utils.checkpointing.strategy import NO_CHECKPOINTING, offloaded
 from tutorial_utils.display.figure_check import figure_problems
+from tutorial_utils.estimate.estimator import Workload
+from tutorial_utils.estimate.strategies import parse_strategy
 from tutorial_utils.lessons.checkpointing_a_transformer import (
     StrategyExplorer,
     adamw,
@@ -24,6 +31,7 @@ from tutorial_utils.lessons.checkpointing_a_transformer import (
     korthikanti_layer_bytes,
     lm_step,
     longest_sequences,
+    plot_snapshot_timeline,
     sizes_for,
     small_gpt2_config,
     small_llama_config,
@@ -32,6 +40,7 @@ from tutorial_utils.lessons.checkpointing_a_transformer import (
     trainable_parameters,
     transformer_menu,
 )
+from tutorial_utils.lessons.checkpointing_a_transformer.snapshot_timeline import timeline_bands
 from tutorial_utils.measurement.batch_search import largest_fitting
 from tutorial_utils.measurement.dry_run import dry_run_step
 from tutorial_utils.measurement.meta_attention import (
@@ -41,7 +50,7 @@ from tutorial_utils.measurement.meta_attention import (
     unpacked_batches_on_meta,
 )
 from tutorial_utils.measurement.saved_tensors import OUTSIDE, saved_bytes_per_module
-from tutorial_utils.measurement.step import Recording, measure_step, next_token_loss
+from tutorial_utils.measurement.step import measure_step, next_token_loss
 from tutorial_utils.measurement.tracker import TensorMemoryTracker
 
 CONFIGS = {
@@ -136,12 +145,7 @@ def test_flop_counting_leaves_the_dry_run_peak_unchanged():
     ids = token_batch(BATCH, SEQUENCE, "meta", 1000)
     counted, plain = (
         measure_step(
-            meta,
-            ids,
-            ids,
-            optimizer_factory=adamw,
-            loss_fn=next_token_loss,
-            recording=Recording(count_flops=c),
+            meta, ids, ids, optimizer_factory=adamw, loss_fn=next_token_loss, count_flops=c
         )
         for c in (True, False)
     )
@@ -214,18 +218,30 @@ def test_largest_fitting_finds_the_boundary_from_any_start(start, answer):
     assert len(tried) <= 16
 
 
-def test_longest_sequences_are_the_boundary_between_fit_and_not():
-    meta = build_causal_lm(small_llama_config(), "meta")
-    full = every_nth_block(1)
-    budget = lm_step(meta, full, 1, 1500).peak_bytes
-    fit, loose = longest_sequences(
-        meta, full, {"test": budget, "twice": 2 * budget}, unit=64, max_sequence=8192
-    )
-    assert fit.sequence == 1472  # the largest multiple of 64 at or below 1500 tokens
-    assert fit.peak_bytes <= budget < lm_step(meta, full, 1, fit.sequence + 64).peak_bytes
-    assert loose.sequence > fit.sequence and loose.peak_bytes <= 2 * budget
-    with pytest.raises(ValueError, match="positive budgets"):
-        longest_sequences(meta, full, {"none": 0})
+def test_notebook_and_command_line_give_the_same_longest_sequences(tmp_path, capsys):
+    """Notebook 06's table (``longest_sequences``) and ``python -m tutorial_utils estimate`` read
+    the same longest sequence for every strategy: one engine (issue 41). A tiny config keeps it
+    cheap; its large vocabulary makes the two strategies' answers differ."""
+    config = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+              "num_hidden_layers": 4, "num_attention_heads": 2, "num_key_value_heads": 2,
+              "vocab_size": 32000, "max_position_embeddings": 2048}  # fmt: skip
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    workload = Workload(f"hf:{path}", batch=1, size=512, lora_rank=4)
+    fits = longest_sequences(workload, ["none", "every-block"], ["1GB"])
+    notebook = {f.strategy: f.sequence for f in fits}
+    args = ["estimate", "--hf-config", str(path), "--seq", "512", "--lora", "4", "--card", "1GB"]
+    assert main([*args, "--strategies", "none,every-block", "--jobs", "1"]) == 0
+    command = {}  # the last table printed: the one with the longest sequences
+    for line in capsys.readouterr().out.splitlines():
+        for name in notebook:
+            if line.startswith(f"{name}  "):
+                tokens = re.search(r"([\d,]+) tokens", line)
+                command[name] = int(tokens.group(1).replace(",", "")) if tokens else 0
+    assert command == notebook
+    assert 0 < notebook["none"] <= notebook["every block"]
+    with pytest.raises(ValueError, match="at least one strategy"):
+        longest_sequences(workload, [], ["1GB"])
 
 
 def test_bad_input_gets_a_one_line_error():
@@ -240,8 +256,8 @@ def test_bad_input_gets_a_one_line_error():
 
 
 def test_every_profile_has_sizes_and_an_unknown_one_says_what_to_do():
-    menu = {s.name for s in transformer_menu(16)}
-    assert all(set(sizes_for(profile).fit_strategies) <= menu for profile in PROFILES.values())
+    for profile in PROFILES.values():  # each spelling is one the command line takes
+        assert all(parse_strategy(name) for name in sizes_for(profile).fit_strategies)
     with pytest.raises(ValueError, match="add it to SIZES"):
         sizes_for(dataclasses.replace(PROFILES["ci"], name="laptop"))
 
@@ -267,3 +283,56 @@ def test_explorer_dry_runs_every_strategy_and_follows_its_sliders():
     explorer.panel.controls["sequence"].value = 2048  # past GPT-2's context: said, not predicted
     with pytest.raises(ValueError, match="at most 1,024 tokens"):
         explorer.panel.run()
+
+
+def test_snapshot_timeline_stacks_bands_and_drops_them_when_freed():
+    """Three allocations, the first freed: the bands above it fall by its size, as memory_viz
+    draws them; the smallest, beyond ``largest``, is summed at the bottom."""
+    trace = [
+        {"action": "alloc", "addr": 1, "size": 100, "frames": [{"name": "step 1"}]},
+        {"action": "alloc", "addr": 2, "size": 50, "frames": [{"name": "step 1"}]},
+        {"action": "alloc", "addr": 3, "size": 5, "frames": [{"name": "step 1"}]},
+        {"action": "free_completed", "addr": 1, "size": 100, "frames": [{"name": "step 2"}]},
+    ]
+    bands, summed, names = timeline_bands({"device_traces": [trace]}, largest=2)
+    first, second = bands
+    assert first.xs == [0, 1, 2] and first.bottoms == [0, 0, 5]
+    assert second.xs == [1, 2, 3] and second.bottoms == [100, 105, 5]  # falls when the first goes
+    assert summed == [0, 0, 5, 5] and names[-1] == "step 2"
+    figure = plot_snapshot_timeline({"device_traces": [trace]}, "test", largest=2)
+    assert figure_problems(figure) == []
+    with pytest.raises(ValueError, match="no allocations"):
+        timeline_bands({"device_traces": [[]]})
+
+
+def test_selective_checkpointing_under_saved_tensor_hooks_warns_only_when_left_unset():
+    """Notebook 06 counts a selective policy's kept bytes with the tools' saved-tensor hooks and
+    passes respect_saved_tensors_hooks=True: no FutureWarning, and the kept bytes are counted."""
+    from torch.utils.checkpoint import (
+        CheckpointPolicy,
+        checkpoint,
+        create_selective_checkpoint_contexts,
+    )
+
+    from tutorial_utils.tools import SavedTensors
+
+    def keep_matmuls(ctx, op, *args, **kwargs):
+        keep = op == torch.ops.aten.mm.default
+        return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
+
+    weight = torch.randn(64, 64, requires_grad=True)
+    x = torch.randn(32, 64, requires_grad=True)
+
+    def kept(**hooks) -> int:
+        context = partial(create_selective_checkpoint_contexts, keep_matmuls)
+        with SavedTensors(leave_out=[weight]) as saved:
+            checkpoint(lambda t: (t @ weight).relu(), x, use_reentrant=False,
+                       context_fn=context, **hooks)  # fmt: skip
+        return saved.total_bytes
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        honoured = kept(respect_saved_tensors_hooks=True)
+    with pytest.warns(FutureWarning, match="respect_saved_tensors_hooks"):
+        legacy = kept()
+    assert honoured == legacy + 32 * 64 * 4  # the policy's kept matmul output is counted too

@@ -33,6 +33,8 @@ from tutorial_utils.estimate.strategies import DEFAULT_STRATEGIES
 from tutorial_utils.measurement.tracker import CATEGORIES
 from tutorial_utils.units import GiB
 
+__all__ = ["SIZES", "Sizes", "YourModelPanel", "model_options", "plot_estimate", "sizes_for"]
+
 CARDS = ("8GB", "12GB", "16GB", "24GB", "40GB", "48GB", "80GB")
 GPU_CARD = "the GPU's own"  # the card's memory as --gpu names it (the command without --card)
 CLASSIFIERS = ("resnet18", "resnet50", "convnext_tiny", "vit_b_16")

@@ -7,7 +7,8 @@ meta device (dry runs: exact tensor bytes and FLOPs, no time: predictions, not m
 module per job: ``models``, ``strategies`` (the menu of ``Strategy`` values, each applied through
 ``activation_checkpointing_enable``; one step under each, their tables), ``layer_memory`` (one block against Korthikanti et al.'s
 formula, the attention kernel check against a real CPU step), ``pitfalls`` (what the installed
-``transformers`` says and defaults to), ``reach`` (the longest sequence on a card) and
+``transformers`` says and defaults to), ``reach`` (the longest sequence on a card, by ``estimate``'s engine), ``snapshot_timeline`` (a
+memory snapshot drawn offline) and
 ``explorer`` (every strategy at the batch and sequence a learner picks, in a panel); the notebook
 imports every name from here."""
 
@@ -46,9 +47,11 @@ from tutorial_utils.lessons.checkpointing_a_transformer.pitfalls import (
 )
 from tutorial_utils.lessons.checkpointing_a_transformer.reach import (
     Fit,
-    card_budget,
     fit_table,
     longest_sequences,
+)
+from tutorial_utils.lessons.checkpointing_a_transformer.snapshot_timeline import (
+    plot_snapshot_timeline,
 )
 from tutorial_utils.lessons.checkpointing_a_transformer.strategies import (
     DRY_COLUMNS,
@@ -75,7 +78,6 @@ __all__ = [
     "block_saved_bytes",
     "breakdown_table",
     "build_causal_lm",
-    "card_budget",
     "checkpointing_messages",
     "decoder_blocks",
     "default_use_reentrant",
@@ -87,6 +89,7 @@ __all__ = [
     "llama_1b_config",
     "lm_step",
     "longest_sequences",
+    "plot_snapshot_timeline",
     "plot_strategies",
     "rows_table",
     "sizes_for",

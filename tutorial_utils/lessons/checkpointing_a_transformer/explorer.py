@@ -22,6 +22,8 @@ from tutorial_utils.lessons.checkpointing_a_transformer.strategies import (
     transformer_menu,
 )
 
+__all__ = ["StrategyExplorer", "plot_strategies"]
+
 
 def plot_strategies(rows: Sequence[LMStrategyRow], title: str) -> Figure:
     """Two bars per strategy: its predicted peak and the FLOPs it recomputes (dry runs)."""

@@ -21,6 +21,8 @@ from tutorial_utils.measurement.step import next_token_loss
 from tutorial_utils.measurement.tracker import TensorMemoryTracker
 from tutorial_utils.units import MiB
 
+__all__ = ["attention_paths", "block_saved_bytes", "korthikanti_layer_bytes", "layer_formula_table"]
+
 # -- what one block keeps, measured and by formula -------------------------------------------------
 
 

@@ -14,6 +14,18 @@ from transformers import GPT2Config, LlamaConfig, PreTrainedModel
 from tutorial_utils.articles.profiles import Profile
 from tutorial_utils.estimate.models import PRESETS
 
+__all__ = [
+    "CausalLM",
+    "SIZES",
+    "Sizes",
+    "adamw",
+    "gpt2_small_config",
+    "llama_1b_config",
+    "sizes_for",
+    "small_gpt2_config",
+    "small_llama_config",
+]
+
 # A transformers causal LM, bare or with peft's LoRA adapters: what this lesson's functions take.
 # Not just an nn.Module: it has a ``config`` and the ``activation_checkpointing_*`` methods.
 CausalLM: TypeAlias = PreTrainedModel | PeftModel
@@ -26,11 +38,11 @@ CausalLM: TypeAlias = PreTrainedModel | PeftModel
 class Sizes:
     """What a profile runs beyond the core (whose copy cells size by device)."""
 
-    fit_strategies: tuple[str, ...]  # strategies searched for the longest sequence (all: ())
+    fit_strategies: tuple[str, ...]  # --strategies spellings searched for the longest sequence
 
 
 SIZES = {
-    "ci": Sizes(("none", "every block (default)")),
+    "ci": Sizes(("none", "every-block")),
     "cpu": Sizes(()),
     "gpu": Sizes(()),
     "article": Sizes(()),

@@ -21,6 +21,8 @@ from tutorial_utils.lessons.checkpointing_a_transformer.models import (
     CausalLM,
 )
 
+__all__ = ["checkpointing_messages", "default_use_reentrant", "versions"]
+
 
 def checkpointing_messages(model: CausalLM, ids: torch.Tensor) -> list[str]:
     """What transformers and torch print when a checkpointed model is called with

@@ -1,76 +1,54 @@
-"""How far checkpointing goes: the longest sequence a card's tensor budget trains, by dry runs."""
+"""How far checkpointing goes: the longest sequence a card trains, by the command line's engine.
+
+The notebook asks what ``python -m tutorial_utils estimate`` answers, through the same calls:
+``Workload``, ``parse_card`` (the card's memory less its CUDA context), ``parse_strategy`` and
+``estimate`` with its search (dry runs replayed through the emulated CUDA caching allocator). So
+the notebook, the README and the command line give one answer, and
+``tests/test_checkpointing_a_transformer.py`` holds the notebook's table equal to the command's.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import torch.nn as nn
-
-from tutorial_utils.checkpointing.strategy import Strategy
 from tutorial_utils.display.tables import text_table
-from tutorial_utils.lessons.checkpointing_a_transformer.strategies import lm_step
-from tutorial_utils.measurement.batch_search import largest_fitting, start_on_line
-from tutorial_utils.measurement.tracker import MemoryLimitExceeded
+from tutorial_utils.estimate.card import parse_card
+from tutorial_utils.estimate.estimator import Workload, build_model, estimate
+from tutorial_utils.estimate.strategies import parse_strategy
 
-# -- how far it goes ------------------------------------------------------------------------------
+__all__ = ["Fit", "fit_table", "longest_sequences"]
 
 
 @dataclass(frozen=True)
 class Fit:
-    """The longest sequence whose step fits a card, found by dry runs."""
+    """One strategy's longest sequence on one card, as ``estimate`` finds it."""
 
     strategy: str
     card: str
-    budget_bytes: int
-    sequence: int  # tokens; 0 if not even one unit fits
-    peak_bytes: int | None  # the dry run's peak at ``sequence``
-    trials: int  # dry runs that searched for it (besides the two shared predicting ones)
+    sequence: int  # tokens; 0 if not even 256 fit
+    trials: int  # dry runs that found it
 
 
 def longest_sequences(
-    model: nn.Module,
-    strategy: Strategy,
-    budgets: dict[str, int],
-    *,
-    batch: int = 1,
-    unit: int = 256,
-    max_sequence: int = 131072,
+    workload: Workload, strategies: Sequence[str], cards: Sequence[str]
 ) -> list[Fit]:
-    """For each card in ``budgets``, the longest multiple of ``unit`` tokens whose step's tracked
-    peak fits its budget.
-
-    Two dry runs predict a start (the peak grows about linearly in the sequence once attention
-    keeps no s x s matrix), then ``largest_fitting`` confirms each answer by dry runs that stop as
-    soon as they exceed the budget: the answers are measured, the line only saves trials.
-    """
-    if not budgets or min(budgets.values()) <= 0 or unit < 2:
-        raise ValueError(f"need positive budgets_bytes and unit >= 2, got {budgets}, {unit}")
-    low, high = (lm_step(model, strategy, batch, n * unit).peak_bytes for n in (1, 2))
+    """For each card (the command's ``--card``, e.g. ``"16GB"``), each strategy's longest
+    sequence: what ``python -m tutorial_utils estimate ... --strategies S --card C`` prints in its
+    "longest sequence" column. The model is built once, on meta, and dry-run for every card."""
+    if not strategies or not cards:
+        raise ValueError("give at least one strategy (e.g. 'none') and one card (e.g. '16GB')")
+    parsed = [parse_strategy(name) for name in strategies]
+    model = build_model(workload)
     fits = []
-    for card, budget in budgets.items():
-        peaks: dict[int, int] = {}  # units -> peak bytes of the trials that fit
-        tried: list[int] = []
-
-        def fits_in(units: int, budget: int = budget, peaks: dict = peaks, tried=tried) -> bool:
-            tried.append(units)
-            try:
-                report = lm_step(model, strategy, batch, units * unit, limit_bytes=budget)
-            except MemoryLimitExceeded:
-                return False
-            peaks[units] = report.peak_bytes
-            return True
-
-        start = start_on_line(low, high, budget)
-        best = largest_fitting(fits_in, max_sequence // unit, start=start)
-        fits.append(Fit(strategy.name, card, budget, best * unit, peaks.get(best), len(tried)))
+    for card_name in cards:
+        result = estimate(workload, parsed, parse_card(card_name), model=model, search=True)
+        fits += [
+            Fit(row.strategy.name, card_name, row.largest or 0, row.trials)
+            for row in result.rows
+            if row.report is not None
+        ]
     return fits
-
-
-def card_budget(gib: int) -> int:
-    """A card's tensor budget: its memory less 10% for the CUDA context, kernel workspaces and
-    the allocator's fragmentation, which the tracker does not see (an assumption, not measured)."""
-    return int(0.9 * gib * 2**30)
 
 
 def fit_table(fits: Sequence[Fit]) -> str:
@@ -79,13 +57,7 @@ def fit_table(fits: Sequence[Fit]) -> str:
     names = list(dict.fromkeys(f.strategy for f in fits))
     by = {(f.strategy, f.card): f for f in fits}
     rows = [
-        (
-            name,
-            *(
-                f"{by[(name, card)].sequence:,} tokens ({by[(name, card)].trials} runs)"
-                for card in cards
-            ),
-        )
+        (name, *(f"{by[name, c].sequence:,} tokens ({by[name, c].trials} runs)" for c in cards))
         for name in names
     ]
     return text_table(("strategy", *cards), rows)

@@ -27,6 +27,18 @@ from tutorial_utils.measurement.step import StepReport, measure_step, next_token
 from tutorial_utils.measurement.tracker import CATEGORIES
 from tutorial_utils.units import MiB, ratio
 
+__all__ = [
+    "DRY_COLUMNS",
+    "LMStrategyRow",
+    "OFFLOAD_NOT_RUN",
+    "breakdown_table",
+    "lm_step",
+    "rows_table",
+    "transformer_menu",
+    "strategy_rows",
+    "token_batch",
+]
+
 # -- the strategies ------------------------------------------------------------------------------
 
 
