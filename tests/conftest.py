@@ -6,16 +6,24 @@ from pathlib import Path
 
 import pytest
 
+from tests.schedule import notebook_first_scheduler, schedule
+
 # Notebooks are collected by nbval from notebooks/ only; an .ipynb kept under tests/ is data.
 collect_ignore_glob = ["*.ipynb"]
 
 
 def pytest_collection_modifyitems(items: list) -> None:
-    """The browser test first: it is the suite's longest single run (every notebook, one after
-    the other, on one pytest-xdist worker), so starting it first lets the other worker take the
-    unit tests beside it instead of after it (``./scripts/test`` keeps this order with
-    ``--no-loadscope-reorder``)."""
-    items.sort(key=lambda item: item.get_closest_marker("browser") is None)
+    """The notebook runs first, longest recorded run first (tests/schedule.py)."""
+    schedule(items)
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # optional: pytest-xdist may be absent
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """Under ``--dist loadscope``: each notebook run is a unit of work of its own, so that the
+    notebooks spread over both workers and the unit tests fill the gaps (tests/schedule.py)."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    return notebook_first_scheduler(config, log, Path(__file__).resolve().parent.parent)
 
 
 @pytest.fixture

@@ -8,7 +8,8 @@ Chromium through Playwright (no browser download), runs all cells, saves the not
 nbval's checks to that saved run (``tests/saved_run.py``: every cell ran without error, tagged
 cells reproduce their committed output), then for every widget panel types a new value into a
 slider's readout, presses Enter, clicks the panel's Run button and waits for its output to
-change. Screenshots land in test-artifacts/screenshots/.
+change. Screenshots land in test-artifacts/screenshots/. Each notebook is its own unit of work,
+longest recorded run first, so pytest-xdist runs them on both workers (``tests/schedule.py``).
 """
 
 from __future__ import annotations
@@ -269,7 +270,10 @@ def stop_lab(server: LabServer) -> list[int]:
     return leftovers
 
 
-@pytest.fixture(scope="module")
+# One server and one browser per pytest-xdist worker for the whole session: the notebooks are
+# spread over both workers between unit tests (tests/schedule.py), and a module scope would stop
+# and restart them whenever a worker ran something else in between.
+@pytest.fixture(scope="session")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
     server = start_lab(tmp_path_factory.mktemp("jupyterlab"))
     try:
@@ -280,7 +284,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
     assert not leftovers, f"processes left running after the server stopped: {leftovers}"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def chromium_browser() -> Iterator[object]:
     sync_api = pytest.importorskip(
         "playwright.sync_api", reason="playwright missing: pip install -e '.[browser]'"

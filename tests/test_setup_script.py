@@ -184,7 +184,7 @@ def test_a_mac_dry_run_installs_the_macos_pins_from_pypi(tmp_path, monkeypatch, 
     out = _dry_run(monkeypatch, capsys, _fake_root(tmp_path), "Darwin", "arm64", "lab")
     commands = [line for line in out.splitlines() if line.startswith("would run: ")]
     assert "python3.11 -m venv" in commands[0]
-    assert any(c.endswith("torch==2.9.1 torchvision==0.24.1") for c in commands)
+    assert any("pip install -q torch==2.9.1 torchvision==0.24.1 -c" in c for c in commands)
     assert "--index-url" not in out and "jupyter lab" not in out  # ./scripts/lab opens it
     assert not (tmp_path / ".venv").exists()  # a dry run installs nothing
 
@@ -207,6 +207,35 @@ def test_a_fresh_stamp_installs_nothing(tmp_path, monkeypatch, capsys) -> None:
     assert _dry_run(monkeypatch, capsys, root, "Linux", "x86_64", "test,browser") == ""
     out = _dry_run(monkeypatch, capsys, root, "Linux", "x86_64", "lab")  # other extras: install
     assert "-m venv" not in out and f"-e {root}[lab]" in out
+
+
+def test_every_install_is_within_the_constraints_and_compiles_nothing(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    """torch's own dependencies too: installed unconstrained, they were reinstalled at the
+    constraints' versions by the package's step. Python compiles what a session imports."""
+    root = _fake_root(tmp_path)
+    out = _dry_run(monkeypatch, capsys, root, "Linux", "x86_64", "test,browser")
+    installs = [line for line in out.splitlines() if " -m pip install " in line]
+    assert len(installs) == 3 and "--upgrade pip" in installs[0]  # no venv yet: pip unknown
+    for line in installs:
+        assert "--no-compile" in line and "--disable-pip-version-check" in line
+    for line in installs[1:]:
+        assert f"-c {root / 'constraints.txt'}" in line
+
+
+def test_a_recent_pip_is_not_upgraded(tmp_path) -> None:
+    venv = tmp_path / ".venv"
+    assert setup_script.pip_is_older_than(venv, (23, 0))  # none found
+    site = venv / "lib" / "python3.11" / "site-packages"
+    (site / "pip-22.3.1.dist-info").mkdir(parents=True)
+    assert setup_script.pip_is_older_than(venv, (23, 0))
+    (site / "pip-22.3.1.dist-info").rmdir()
+    (site / "pip-23.2.1.dist-info").mkdir()
+    assert not setup_script.pip_is_older_than(venv, (23, 0))
+    windows_site = tmp_path / "win" / "Lib" / "site-packages"
+    (windows_site / "pip-24.0.dist-info").mkdir(parents=True)
+    assert not setup_script.pip_is_older_than(tmp_path / "win", (23, 0))
 
 
 def test_every_step_announces_itself_before_it_runs(tmp_path, monkeypatch, capsys) -> None:

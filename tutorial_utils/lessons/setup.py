@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import platform
+import warnings
 
 import torch
 import torchvision
@@ -17,6 +18,16 @@ from tutorial_utils.measurement.devices import default_device, describe_device, 
 # is installed) warns on CPUs with AVX512-BF16 that an optional kernel package is missing, and no
 # notebook runs its CPU 4-bit kernels (07's nf4 estimate emulates them on meta).
 QUIETED_LOGGERS = ("bitsandbytes.backends.cpu.ops",)
+# peft's prepare_model_for_kbit_training (0.21, the QLoRA recipe) enables checkpointing through
+# transformers' old method name, and transformers 5.23 and later answer every call of that name
+# with this FutureWarning: a learner's QLoRA code did nothing wrong, and cannot change peft. Only
+# this message, its category and the module that issues it are quieted. A warning names the
+# module that calls warn (transformers'), not its caller, so a direct call of the old name is
+# quieted too: the tutorial's code calls the new name wherever it exists
+# (checkpointing.transformers_api), and notebook 06's cell that shows this message records
+# warnings with simplefilter("always"), which overrides the filter.
+OLD_NAME_WARNING = r"`gradient_checkpointing_enable` is deprecated and will be removed"
+OLD_NAME_WARNING_MODULE = r"transformers\.modeling_utils"
 
 
 def ipywidgets_version() -> str:
@@ -30,7 +41,8 @@ def ipywidgets_version() -> str:
 
 def report_environment(profile_name: str | None = None) -> Profile:
     """Print profile, device (and, on a Mac, whether Apple's GPU is usable) and versions; return
-    the active profile. Warnings of ``QUIETED_LOGGERS`` are silenced, their errors kept.
+    the active profile. Warnings of ``QUIETED_LOGGERS`` are silenced, their errors kept, and so is
+    the ``OLD_NAME_WARNING`` that peft's QLoRA preparation triggers.
 
     With ``TUTORIAL_CHECK_FIGURES=1`` (set by the test command) every figure the notebook shows
     afterwards is checked for overlapping labels and clipped data, and an unreadable one fails.
@@ -38,6 +50,7 @@ def report_environment(profile_name: str | None = None) -> Profile:
     profile = get_profile(profile_name)
     for name in QUIETED_LOGGERS:  # errors still show
         logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", OLD_NAME_WARNING, FutureWarning, OLD_NAME_WARNING_MODULE)
     if os.environ.get(CHECK_FIGURES_ENV) == "1":
         check_figures_when_shown()
     print(f"profile: {profile.name} ({profile.description})")
