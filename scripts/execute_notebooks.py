@@ -20,12 +20,12 @@ from pathlib import Path
 
 import ipykernel.kernelspec
 import nbformat
+from hide_solutions import hide_solutions
 from jupyter_client import AsyncKernelManager
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from jupyter_core.utils import run_sync
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
-from hide_solutions import hide_solutions
 from stamp_colab import notebook_paths, repository_url, stamp_notebook
 
 from tutorial_utils.articles.profiles import PROFILE_ENV, PROFILES, default_profile_name

@@ -34,7 +34,9 @@ def test_each_core_reads_at_speed(path: Path) -> None:
     long = [f"{word_count(s)} words: {s[:100]}" for s in stats.sentences
             if word_count(s) > SENTENCE_WORDS_MAX]  # fmt: skip
     assert not long, f"{path.name}: sentences over {SENTENCE_WORDS_MAX} words:\n" + "\n".join(long)
-    assert stats.mean_words <= MEAN_WORDS_MAX, f"{path.name}: {stats.mean_words:.1f} words a sentence"
+    assert stats.mean_words <= MEAN_WORDS_MAX, (
+        f"{path.name}: {stats.mean_words:.1f} words a sentence"
+    )
 
 
 def test_the_counter_splits_sentences_and_ignores_code() -> None:

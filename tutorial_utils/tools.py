@@ -87,7 +87,7 @@ class LiveBytes(TorchDispatchMode):
         self.finalizers: list[weakref.finalize] = []
 
     def __enter__(self) -> Self:
-        for tensor in [o for o in gc.get_objects() if isinstance(o, torch.Tensor)]:
+        for tensor in [o for o in gc.get_objects() if issubclass(type(o), torch.Tensor)]:
             if tensor.layout == torch.strided and tensor.device.type != "meta":
                 self._follow(tensor.untyped_storage())  # alive already: its free will count
         return super().__enter__()
