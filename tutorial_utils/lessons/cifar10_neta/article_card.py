@@ -29,6 +29,28 @@ from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step
 from tutorial_utils.measurement.step import DRY_RUN_LABEL
 from tutorial_utils.units import MiB
 
+__all__ = [
+    "ARTICLE_CARD_BYTES",
+    "ARTICLE_IMAGE_SIZE",
+    "ARTICLE_MAX_BATCH",
+    "CARD_MODELS",
+    "MAX_RESERVE_MIB",
+    "PeakTable",
+    "REENTRANT_CHECKPOINT",
+    "ReserveFit",
+    "ReserveRun",
+    "SEG0_CHANNELS",
+    "article_card_tables",
+    "article_step_timelines",
+    "checkpoint_modes",
+    "dry_run_peak_table",
+    "largest_batches",
+    "plot_peak_tables",
+    "reserve_fit",
+    "reserve_panel",
+    "reserve_view",
+]
+
 ARTICLE_CARD_BYTES = NETA_ARTICLE.card_bytes
 ARTICLE_IMAGE_SIZE = NETA_ARTICLE.image_size
 ARTICLE_MAX_BATCH = NETA_ARTICLE.max_batch  # {"no checkpoint": 23, "checkpoint": 31}

@@ -23,6 +23,20 @@ from tutorial_utils.lessons.toy_summation_graph.trees import (
 )
 from tutorial_utils.units import MiB
 
+__all__ = [
+    "ALIVE_COLOR",
+    "FREED_COLOR",
+    "PENDING_COLOR",
+    "activation_roles",
+    "chain_cost_figure",
+    "draw_graph",
+    "evaluation_figure",
+    "idea_figure",
+    "measured_vs_model_figure",
+    "node_positions",
+    "peak_growth_figure",
+]
+
 # --- figures ----------------------------------------------------------------------------------
 
 ALIVE_COLOR = "#f28e2b"

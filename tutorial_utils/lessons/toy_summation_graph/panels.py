@@ -34,6 +34,17 @@ from tutorial_utils.lessons.toy_summation_graph.trees import (
     peak_memory,
 )
 
+__all__ = [
+    "STRATEGY_LABELS",
+    "chain_panel",
+    "chain_view",
+    "evaluation_panel",
+    "evaluation_view",
+    "growth_panel",
+    "growth_view",
+    "show_figure",
+]
+
 STRATEGY_LABELS = {"keep everything": "keep_all", "free as you go": "free_as_you_go"}
 
 

@@ -28,6 +28,16 @@ from tutorial_utils.measurement.step import StepReport
 from tutorial_utils.measurement.timing import time_verdict
 from tutorial_utils.units import MiB
 
+__all__ = [
+    "conventions_table",
+    "measured_vs_model_table",
+    "no_grad_table",
+    "schedules_table",
+    "segment_plans_table",
+    "sqrt_rule_table",
+    "tree_shapes_table",
+]
+
 
 def conventions_table(tree: SummationTree) -> str:
     """The peak of both strategies under each counting convention."""

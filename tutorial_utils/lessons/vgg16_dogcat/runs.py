@@ -19,6 +19,21 @@ from tutorial_utils.measurement.timing import Timing
 from tutorial_utils.training.loop import History
 from tutorial_utils.units import MiB, ratio
 
+__all__ = [
+    "ARTICLE",
+    "RunSummary",
+    "Sizes",
+    "comparison_statements",
+    "comparison_table",
+    "epoch_timing",
+    "fresh_cuda_state",
+    "plot_ratio_comparison",
+    "run_state_report",
+    "sgd_momentum_state_bytes",
+    "sizes_for",
+    "summarize_run",
+]
+
 # -- sizes per profile -----------------------------------------------------------------------
 
 
