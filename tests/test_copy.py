@@ -77,3 +77,12 @@ def test_the_script_cannot_reach_the_rest_of_the_package(tmp_path: Path) -> None
         nbformat.write(notebook, path)
         with pytest.raises(AssertionError, match=f"No module named '{missing}'"):
             run_copy_script(path, tmp_path / f"run-{name}")
+
+
+@pytest.mark.parametrize("name", TAUGHT)
+def test_no_pitfall_is_tagged_copy(name: str) -> None:
+    """A cell that shows a mistake on purpose is tagged 'pitfall': never code to paste."""
+    notebook = nbformat.read(notebook_path(name), as_version=4)
+    both = [index for index, cell in enumerate(notebook.cells)
+            if {"pitfall", "copy"} <= set(cell.metadata.get("tags", []))]  # fmt: skip
+    assert not both, f"{name}: cells {both} are tagged both 'pitfall' and 'copy'"
