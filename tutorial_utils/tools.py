@@ -36,6 +36,8 @@ class SavedTensors:
     Of a region ``torch.utils.checkpoint`` runs, only the inputs come through here: the rest is
     recomputed in backward, and what a selective policy keeps passes by these hooks unless
     ``checkpoint`` is called with ``respect_saved_tensors_hooks=True`` (torch 2.14 and later).
+    Pass that argument explicitly with a selective policy: torch 2.15 warns (FutureWarning) when
+    it is left unset inside saved-tensor hooks, and a later release changes its default.
     """
 
     def __init__(self, leave_out: Iterable[torch.Tensor] = ()) -> None:
