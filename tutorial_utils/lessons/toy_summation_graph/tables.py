@@ -25,7 +25,7 @@ from tutorial_utils.lessons.toy_summation_graph.trees import (
 )
 from tutorial_utils.measurement.gradients import gradients_identical
 from tutorial_utils.measurement.step import StepReport
-from tutorial_utils.measurement.timing import time_verdict
+from tutorial_utils.measurement.timing import Timing
 from tutorial_utils.units import MiB
 
 __all__ = [
@@ -127,9 +127,8 @@ def measured_vs_model_table(
             c.model_units,
             f"{(r.peak_bytes - r.baseline_bytes) / MiB:.2f}",
             "n/a" if r.timing is None else r.timing.describe(),
-            "n/a"
-            if r.timing is None or plain is None
-            else time_verdict(r.timing, plain, predicted.get(c.segments)),
+            "n/a" if r.timing is None or plain is None else _fastest_ratio(r.timing, plain),
+            f"x{predicted[c.segments]:.2f}" if c.segments in predicted else "n/a",
         )
         for c, r in zip(comparisons, records, strict=True)
     ]
@@ -138,9 +137,17 @@ def measured_vs_model_table(
         "model (activations)",
         "peak MiB above start",
         "step time, fastest (range)",
-        "fastest time vs no checkpointing",
+        "fastest vs none",
+        "FLOPs predict",
     )
-    return text_table(header, rows, "rrrll")
+    return text_table(header, rows, "rrrllr")
+
+
+def _fastest_ratio(timing: Timing, reference: Timing) -> str:
+    """Fastest against fastest, and whether the ranges overlap: a quick read, not the CPU-time
+    medians that the tutorial calls "beyond noise" (tools.compare_times)."""
+    apart = "ranges apart" if not timing.overlaps(reference) else "ranges overlap"
+    return f"x{timing.fastest / reference.fastest:.2f} ({apart})"
 
 
 def no_grad_table(
