@@ -20,6 +20,7 @@ from pathlib import Path
 
 import ipykernel.kernelspec
 import nbformat
+from hide_solutions import hide_solutions
 from jupyter_client import AsyncKernelManager
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from jupyter_core.utils import run_sync
@@ -75,12 +76,14 @@ def run_notebook(
 
 
 def execute_notebook(path: Path, repo_url: str, cell_timeout: int | None) -> None:
-    """Stamp and run one notebook; write it back only when every cell succeeded."""
+    """Stamp and run one notebook; write it back only when every cell succeeded, with the
+    solutions' answers behind a click (scripts/hide_solutions.py)."""
     notebook = nbformat.read(path, as_version=4)
     problems = stamp_notebook(notebook, path.name, repo_url)
     if problems:
         raise ValueError(f"{path}: " + "; ".join(problems))
     run_notebook(notebook, path.parent, os.environ, cell_timeout=cell_timeout)
+    hide_solutions(notebook)
     nbformat.write(notebook, path)
 
 

@@ -1,10 +1,14 @@
 """A notebook's ``copy`` cells as the plain script a learner would paste them into.
 
 The cells tagged ``copy`` hold a notebook's core experiment. Concatenated in order they must run
-as ``python script.py`` where the only importable part of ``tutorial_utils`` is ``tools.py``
-(torch, torchvision, matplotlib and the standard library beside it): that is what "a learner can
-copy the code" means here. ``run_copy_script`` builds that process and returns what each cell
-printed, so a test can hold it against the notebook's committed outputs.
+as ``python script.py`` with ``tools.py`` copied beside the script and nothing else of
+``tutorial_utils`` importable (torch, torchvision, matplotlib and the standard library beside
+it): that is what "a learner can copy the code" means here. The copy cells' one import line,
+``from tutorial_utils.tools import ...``, is the line the notebook tells the learner to change,
+to ``from tools import ...``; the script changes exactly that. ``run_copy_script`` builds that
+process and returns what each cell printed, so a test can hold it against the notebook's
+committed outputs. (Notebooks outside ``BESIDE_THE_SCRIPT`` still run with a ``tutorial_utils/``
+folder holding only ``tools.py``, until their copy cells are rewritten.)
 """
 
 from __future__ import annotations
@@ -23,6 +27,9 @@ from tests.saved_run import CHECK_TAG, sanitize_patterns
 
 ROOT = Path(__file__).resolve().parent.parent
 COPY_TAG = "copy"
+BESIDE_THE_SCRIPT = {"01", "02", "03"}  # notebooks whose copy cells run beside tools.py alone
+IMPORT_LINE = re.compile(r"^from tutorial_utils\.tools import", re.MULTILINE)
+CHANGED_LINE = "from tools import"
 CELL_MARK = "@@copy cell {}@@"
 # the process proves its isolation before the first cell runs
 ISOLATION_CHECK = """\
@@ -30,6 +37,15 @@ import importlib.util, pathlib, tutorial_utils
 assert pathlib.Path(tutorial_utils.__file__).parent == pathlib.Path.cwd() / "tutorial_utils"
 assert importlib.util.find_spec("tutorial_utils.lessons") is None, "the package leaked in"
 """
+ISOLATION_CHECK_BESIDE = """\
+import importlib.util, pathlib, tools
+assert pathlib.Path(tools.__file__).parent == pathlib.Path.cwd(), "tools.py is not beside"
+assert importlib.util.find_spec("tutorial_utils") is None, "the package leaked in"
+"""
+
+
+def beside_the_script(notebook_path: Path) -> bool:
+    return notebook_path.stem[:2] in BESIDE_THE_SCRIPT
 
 
 def copy_cells(notebook: nbformat.NotebookNode) -> list[tuple[int, nbformat.NotebookNode]]:
@@ -41,23 +57,27 @@ def copy_cells(notebook: nbformat.NotebookNode) -> list[tuple[int, nbformat.Note
     ]
 
 
-def copy_script(notebook: nbformat.NotebookNode) -> str:
-    """The script: each copy cell's source after a line that marks where its output starts."""
-    parts = [ISOLATION_CHECK]
+def copy_script(notebook: nbformat.NotebookNode, beside: bool = False) -> str:
+    """The script: each copy cell's source after a line that marks where its output starts;
+    ``beside``: tools.py lies next to it, and the one import line says so."""
+    parts = [ISOLATION_CHECK_BESIDE if beside else ISOLATION_CHECK]
     for index, cell in copy_cells(notebook):
-        parts.append(f"print({CELL_MARK.format(index)!r}, flush=True)\n{cell.source}\n")
+        source = IMPORT_LINE.sub(CHANGED_LINE, cell.source) if beside else cell.source
+        parts.append(f"print({CELL_MARK.format(index)!r}, flush=True)\n{source}\n")
     return "\n".join(parts)
 
 
 def run_copy_script(notebook_path: Path, workdir: Path, timeout_s: float = 300) -> dict[int, str]:
     """Run the copy script with nothing of the package but tools.py; stdout per cell index."""
     notebook = nbformat.read(notebook_path, as_version=4)
-    package = workdir / "tutorial_utils"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")
+    beside = beside_the_script(notebook_path)
+    package = workdir if beside else workdir / "tutorial_utils"
+    package.mkdir(parents=True, exist_ok=True)
+    if not beside:
+        (package / "__init__.py").write_text("")
     shutil.copy(ROOT / "tutorial_utils" / "tools.py", package / "tools.py")
     script = workdir / "script.py"
-    script.write_text(copy_script(notebook), encoding="utf-8")
+    script.write_text(copy_script(notebook, beside), encoding="utf-8")
     # -S: no site hooks, so the package's editable install cannot add itself; the installed
     # libraries come in by path alone, after the folder that holds only tools.py
     path = os.pathsep.join([str(workdir), *site.getsitepackages()])

@@ -144,7 +144,10 @@ def test_fsdp2_prediction_equals_the_real_gloo_ranks_to_the_byte(real_peaks, che
     for real in real_peaks:  # both ranks: same shard sizes, same share of the batch
         late_ops = real[name]["peak_bytes"] - as_livebytes.forward_backward_above_start_bytes
         late = real[name]["peak_with_resizes_bytes"] - truth.forward_backward_above_start_bytes
-        assert 0 <= late_ops <= buffers and 0 <= late <= buffers
+        # peak_bytes counts frees of tensors alive before the step, as CUDA's counter does
+        # (issue 41); the ops-only prediction does not model those frees yet, so that measure
+        # may read below it (by 5,544 B with checkpointing here)
+        assert late_ops <= buffers and 0 <= late <= buffers, (late_ops, late)
     missed = truth.forward_backward_peak_bytes - as_livebytes.forward_backward_peak_bytes
     block = 4 * (2 * 4 * WIDTH * WIDTH + 5 * WIDTH)
     assert block <= missed <= sum(4 * math.prod(s) for s in parameter_shapes())
@@ -188,7 +191,9 @@ def test_ddp_prediction_equals_real_ddps_later_steps(checkpointed):
         later = peak_bytes(partial(rank_file.forward_backward, model, x, y))
     report = predict("ddp", checkpointed)
     assert later == report.forward_backward_above_start_bytes
-    assert peaks[1] > peaks[2]  # the second step allocates the rebuilt buckets
+    # the second step rebuilds the buckets: it frees the old ones as it allocates the new, and
+    # peak_bytes counts the frees, as CUDA's counter does, so its peak is not above the third's
+    assert peaks[1] >= peaks[2]
 
 
 def fsdp_mem_tracker_peak(model, blocks, batch, loss_fn, optimizer_factory, checkpointing):

@@ -117,6 +117,7 @@ def test_saved_tensors_counts_the_same_bytes_on_meta_as_on_cpu() -> None:
     assert {p.untyped_storage() for p in model.parameters()}.isdisjoint(cpu.storages)
 
 
+@pytest.mark.filterwarnings("error::FutureWarning")  # torch 2.15: SAC under hooks, unset, warns
 def test_saved_tensors_sees_only_the_inputs_of_a_selective_region_as_documented() -> None:
     model, x = chain(depth=2), torch.randn(16, 32)
     unit = x.numel() * x.element_size()
@@ -139,6 +140,8 @@ def test_saved_tensors_sees_only_the_inputs_of_a_selective_region_as_documented(
     if respects:  # torch 2.14+: the two Linears' outputs the policy keeps come through too
         honoured = counted(respect_saved_tensors_hooks=True)
         assert honoured.total_bytes == legacy.total_bytes + 2 * unit
+        with pytest.warns(FutureWarning, match="respect_saved_tensors_hooks"):
+            counted()  # what the explicit argument avoids, and what the mark above turns to errors
 
 
 @pytest.mark.parametrize("segments", [0, 2, 4])
@@ -153,6 +156,34 @@ def test_peak_bytes_equals_the_package_tracker(segments: int) -> None:
         nn.functional.cross_entropy(out, y).backward()
         model.zero_grad(set_to_none=True)
 
+    with TensorMemoryTracker(model=model, inputs=[x, y]) as tracker:
+        step()
+    assert peak_bytes(step) == tracker.peak_bytes - tracker.baseline_bytes
+
+
+def test_peak_bytes_counts_a_free_of_what_the_step_started_with_as_cuda_does() -> None:
+    """CUDA's max_memory_allocated() - start reads 0 for a step that frees a 4 MiB tensor it
+    started with and then allocates 4 MiB; counting only what the step allocates reads 4 MiB."""
+    held = [torch.ones(2**20)]  # alive before the step; the step drops the last reference
+
+    def step() -> None:
+        held.clear()
+        held.append(torch.zeros(2**20))
+
+    assert peak_bytes(step) == 0
+    assert peak_bytes(lambda: held.append(torch.zeros(2**20))) == 4 * 2**20
+
+
+def test_peak_bytes_counts_freed_gradients_as_the_tracker_does() -> None:
+    """A training step that starts by freeing the last step's gradients (zero_grad)."""
+    model, x = chain(), torch.randn(64, 32)
+    y = torch.randint(0, 32, (64,))
+
+    def step() -> None:
+        model.zero_grad(set_to_none=True)  # frees the gradients the step started with
+        nn.functional.cross_entropy(model(x), y).backward()
+
+    step()  # gradients exist before each measured step
     with TensorMemoryTracker(model=model, inputs=[x, y]) as tracker:
         step()
     assert peak_bytes(step) == tracker.peak_bytes - tracker.baseline_bytes

@@ -10,6 +10,7 @@ meta device.
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 import weakref
@@ -47,6 +48,8 @@ class SavedTensors:
     Of a region ``torch.utils.checkpoint`` runs, only the inputs come through here: the rest is
     recomputed in backward, and what a selective policy keeps passes by these hooks unless
     ``checkpoint`` is called with ``respect_saved_tensors_hooks=True`` (torch 2.14 and later).
+    Pass that argument explicitly with a selective policy: torch 2.15 warns (FutureWarning) when
+    it is left unset inside saved-tensor hooks, and a later release changes its default.
     """
 
     def __init__(self, leave_out: Iterable[torch.Tensor] = ()) -> None:
@@ -84,12 +87,33 @@ def saved_bytes(model: torch.nn.Module, forward: Callable[[], object]) -> int:
 
 class LiveBytes(TorchDispatchMode):
     """Counts the bytes of every tensor storage created inside it until that storage is freed,
-    and keeps the highest count: a step's peak on any device, without CUDA's allocator."""
+    and keeps the highest count: a step's peak on any device, without CUDA's allocator.
+
+    The count starts at 0 and falls below it when the step frees a storage that was alive
+    before (old gradients, say), as ``torch.cuda.memory_allocated()`` falls: so ``peak_bytes``
+    reads what ``torch.cuda.max_memory_allocated() - start`` reads on a GPU.
+    """
 
     def __init__(self) -> None:
         super().__init__()
         self.live: dict[int, int] = {}  # storage address -> bytes, while it is alive
         self.now_bytes = self.peak_bytes = 0
+        self.finalizers: list[weakref.finalize] = []
+
+    def __enter__(self) -> Self:
+        for tensor in [o for o in gc.get_objects() if issubclass(type(o), torch.Tensor)]:
+            if tensor.layout != torch.strided or tensor.device.type == "meta":
+                continue
+            try:
+                self._follow(tensor.untyped_storage())  # alive already: its free will count
+            except RuntimeError:  # a wrapper with no data of its own (a DTensor, say)
+                pass
+        return super().__enter__()
+
+    def __exit__(self, *exception: object) -> None:
+        for finalizer in self.finalizers:
+            finalizer.detach()
+        super().__exit__(*exception)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -99,21 +123,27 @@ class LiveBytes(TorchDispatchMode):
             if not isinstance(tensor, torch.Tensor) or tensor.device.type == "meta":
                 continue
             storage = tensor.untyped_storage()
-            address = storage.data_ptr()
-            if address in inputs or address in self.live or storage.nbytes() == 0:
-                continue  # a view, an in-place result, or already counted
-            self.live[address] = storage.nbytes()
-            self.now_bytes += storage.nbytes()
-            weakref.finalize(storage, self._free, address)
+            if storage.data_ptr() not in inputs:  # else a view or an in-place result
+                self.now_bytes += self._follow(storage)
         self.peak_bytes = max(self.peak_bytes, self.now_bytes)
         return out
+
+    def _follow(self, storage: torch.UntypedStorage) -> int:
+        """Note a storage once, to subtract its bytes when it is freed; its bytes if new."""
+        address = storage.data_ptr()
+        if address in self.live or storage.nbytes() == 0:
+            return 0
+        self.live[address] = storage.nbytes()
+        self.finalizers.append(weakref.finalize(storage, self._free, address))
+        return storage.nbytes()
 
     def _free(self, address: int) -> None:
         self.now_bytes -= self.live.pop(address, 0)
 
 
 def peak_bytes(step: Callable[[], object], device: str | torch.device = "cpu") -> int:
-    """The most tensor memory ``step()`` holds at once, above what was alive when it started.
+    """The most tensor memory ``step()`` holds at once, above what was alive when it started:
+    ``torch.cuda.max_memory_allocated() - start``, a free of an older tensor included.
 
     On CUDA this is the caching allocator's own counter; elsewhere ``LiveBytes`` counts.
     """

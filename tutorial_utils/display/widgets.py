@@ -4,6 +4,8 @@ The work itself is a plain function of the control values (``compute(**values)``
 it, and ``RunPanel.run()``, without a browser. Only ipywidgets APIs that 7.7 and 8 share are used.
 Results are written into the Output widget's ``outputs`` directly (a PNG per figure, text as a
 stream), which needs no kernel-side capture and renders the same in JupyterLab, Notebook and Colab.
+A panel is a ``PanelBox``: its output also carries a PNG of its first result, which a page
+without a kernel (GitHub, nbviewer) shows where it would otherwise print ``VBox(...)``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ __all__ = [
 ]
 
 WIDE_LABEL = {"description_width": "initial"}
+WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
 
 
 def wide_layout() -> widgets.Layout:
@@ -132,6 +135,40 @@ def result_outputs(result: Any) -> tuple[dict[str, Any], ...]:
     return tuple(outputs)
 
 
+class PanelBox(widgets.VBox):
+    """A panel's box: the live widget where a kernel runs, a picture of its first result elsewhere.
+
+    Its output holds the widget view, a PNG and a line of text. JupyterLab and Colab draw the
+    widget (their widget renderer ranks above images); GitHub and nbviewer cannot, and show the
+    PNG instead of the text ``VBox(...)``.
+    """
+
+    def __init__(self, children: list[widgets.Widget], **kwargs: Any) -> None:
+        super().__init__(children, **kwargs)
+        self.picture_png: str | None = None
+
+    def keep_picture(self, outputs: tuple[dict[str, Any], ...]) -> None:
+        """Keep the first figure of the first result that has one (later results change nothing)."""
+        if self.picture_png is None:
+            pictures = [out["data"]["image/png"] for out in outputs if "data" in out]
+            self.picture_png = pictures[0] if pictures else None
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        view = {"version_major": 2, "version_minor": 0, "model_id": self.model_id}
+        bundle: dict[str, Any] = {
+            WIDGET_VIEW_MIME: view,
+            "text/plain": "a panel: run the notebook to use its controls",
+        }
+        if self.picture_png is not None:
+            bundle["image/png"] = self.picture_png
+        return bundle
+
+    def _ipython_display_(self, **kwargs: Any) -> None:  # ipywidgets 7.7 (Colab) looks here first
+        from IPython.display import display
+
+        display(self._repr_mimebundle_(), raw=True)
+
+
 class RunPanel:
     """Controls, a Run button and an output area; ``compute(**values)`` runs on click only.
 
@@ -155,7 +192,7 @@ class RunPanel:
         self.status = widgets.Label(value="click Run to compute")
         self.output = widgets.Output()
         header = [widgets.HTML(value=f"<b>{title}</b>")] if title else []
-        self.widget = widgets.VBox(
+        self.widget = PanelBox(
             [
                 *header,
                 *self.controls.values(),
@@ -185,6 +222,7 @@ class RunPanel:
         finally:
             self.button.disabled = False
         self.output.outputs = outputs
+        self.widget.keep_picture(outputs)
         self.runs += 1
         self.last_result = result
         self.status.value = f"done (run {self.runs})"

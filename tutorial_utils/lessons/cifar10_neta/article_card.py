@@ -23,11 +23,33 @@ from tutorial_utils.articles.models import NetA
 from tutorial_utils.articles.quoted import NETA_ARTICLE
 from tutorial_utils.display.plotting import plot_step_timelines
 from tutorial_utils.display.tables import text_table
-from tutorial_utils.display.widgets import int_slider, result_outputs
+from tutorial_utils.display.widgets import PanelBox, int_slider, result_outputs
 from tutorial_utils.measurement.batch_search import find_max_batch_size
 from tutorial_utils.measurement.dry_run import build_on_meta, dry_run_step
 from tutorial_utils.measurement.step import DRY_RUN_LABEL, Recording
 from tutorial_utils.units import MiB
+
+__all__ = [
+    "ARTICLE_CARD_BYTES",
+    "ARTICLE_IMAGE_SIZE",
+    "ARTICLE_MAX_BATCH",
+    "CARD_MODELS",
+    "MAX_RESERVE_MIB",
+    "PeakTable",
+    "REENTRANT_CHECKPOINT",
+    "ReserveFit",
+    "ReserveRun",
+    "SEG0_CHANNELS",
+    "article_card_tables",
+    "article_step_timelines",
+    "checkpoint_modes",
+    "dry_run_peak_table",
+    "largest_batches",
+    "plot_peak_tables",
+    "reserve_fit",
+    "reserve_panel",
+    "reserve_view",
+]
 
 ARTICLE_CARD_BYTES = NETA_ARTICLE.card_bytes
 ARTICLE_IMAGE_SIZE = NETA_ARTICLE.image_size
@@ -294,7 +316,7 @@ def reserve_view(
 
 def reserve_panel(
     tables: Mapping[str, PeakTable], value: int = 0, max_reserve_mib: int = MAX_RESERVE_MIB
-) -> widgets.VBox:
+) -> PanelBox:
     """A reserve slider that redraws ``reserve_view`` on every change (lookups: instant)."""
     slider = int_slider("reserve: card memory not left to tensors (MiB)", value, 0, max_reserve_mib)
     output = widgets.Output()
@@ -304,7 +326,9 @@ def reserve_panel(
 
     slider.observe(lambda change: show(change["new"]), names="value")
     show(value)
-    return widgets.VBox([slider, output])
+    box = PanelBox([slider, output])
+    box.keep_picture(output.outputs)
+    return box
 
 
 def checkpoint_modes(tables: Mapping[str, PeakTable], batch: int = 23) -> str:

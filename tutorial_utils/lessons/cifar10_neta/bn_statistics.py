@@ -20,6 +20,8 @@ from tutorial_utils.checkpointing.batchnorm import (
 )
 from tutorial_utils.display.tables import text_table
 
+__all__ = ["batchnorm_runs", "format_batchnorm_runs"]
+
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 

@@ -26,6 +26,18 @@ from tutorial_utils.display.tables import text_table
 from tutorial_utils.display.widgets import RunPanel, batch_size_slider, wide_layout
 from tutorial_utils.tools import MiB, StepTimes, compare_times, peak_bytes, saved_bytes, time_turns
 
+__all__ = [
+    "SEGMENTS",
+    "SegmentsRun",
+    "forward_with",
+    "measure_segments",
+    "on_new_batch",
+    "plot_segments_run",
+    "segment_labels",
+    "segments_panel",
+    "train_step_with",
+]
+
 SEGMENTS = 5  # NetA's seg0..seg4
 MakeBatch = Callable[[int], tuple[torch.Tensor, torch.Tensor]]
 

@@ -22,6 +22,22 @@ from tutorial_utils.measurement.step import SweepRecord
 from tutorial_utils.measurement.tracker import TensorMemoryTracker
 from tutorial_utils.tools import peak_bytes
 
+__all__ = [
+    "ChainCost",
+    "ChainSizes",
+    "ModelComparison",
+    "backward_peak_and_gradients",
+    "chain_cost",
+    "compare_with_model",
+    "equal_blocks_chain",
+    "every_kth_layer_cost",
+    "forward_peak_bytes",
+    "optimal_k",
+    "predicted_time_ratios",
+    "sequential_cost",
+    "sizes_for",
+]
+
 
 @dataclass(frozen=True)
 class ChainSizes:

@@ -23,6 +23,20 @@ from tutorial_utils.lessons.toy_summation_graph.trees import (
 )
 from tutorial_utils.units import MiB
 
+__all__ = [
+    "ALIVE_COLOR",
+    "FREED_COLOR",
+    "PENDING_COLOR",
+    "activation_roles",
+    "chain_cost_figure",
+    "draw_graph",
+    "evaluation_figure",
+    "idea_figure",
+    "measured_vs_model_figure",
+    "node_positions",
+    "peak_growth_figure",
+]
+
 # --- figures ----------------------------------------------------------------------------------
 
 ALIVE_COLOR = "#f28e2b"
@@ -188,3 +202,73 @@ def measured_vs_model_figure(
     breakdown_ax.legend(fontsize=8)
     breakdown_ax.set_title("what the peak is made of", fontsize=10)
     return figure
+
+
+KEPT_COLOR, RECOMPUTED_COLOR = "#f28e2b", "#4e79a7"
+
+
+def activation_roles(n_layers: int, segments: int) -> list[str]:
+    """Each layer output's role under ``checkpoint_sequential(segments)``: "kept" through the
+    forward pass for backward, or "dropped" there and "recomputed" in backward (0: none)."""
+    if segments <= 1:
+        return ["kept"] * n_layers
+    size = n_layers // segments
+    last_start = size * (segments - 1)  # the last segment runs as usual
+    inputs = {size * j for j in range(1, segments)}  # outputs that start a later segment
+    return [
+        "kept" if layer >= last_start or layer + 1 in inputs else "recomputed"
+        for layer in range(n_layers)
+    ]
+
+
+def idea_figure(n_layers: int = 8, segment_counts: tuple[int, ...] = (0, 4)) -> Figure:
+    """The idea in one picture: for each segment count, the layer outputs the forward pass keeps
+    for backward, and those it drops and the backward pass computes again."""
+    figure = Figure(figsize=(9, 1.9 * len(segment_counts) + 0.5), layout="constrained")
+    axes = figure.subplots(len(segment_counts), 1, squeeze=False)[:, 0]
+    for ax, segments in zip(axes, segment_counts, strict=True):
+        roles = activation_roles(n_layers, segments)
+        for row, (pass_name, y) in enumerate((("forward", 1.0), ("backward", 0.0))):
+            ax.annotate(pass_name, (-0.7, y), ha="right", va="center", fontsize=10)
+            for layer, role in enumerate(roles):
+                x = layer
+                face = KEPT_COLOR if role == "kept" else "white"
+                edge, style = "0.25", "-"
+                if role == "recomputed":
+                    face, style = ("white", "--") if row == 0 else (RECOMPUTED_COLOR, "-")
+                ax.add_patch(_box(x, y, face, edge, style))
+                ax.annotate(f"a{layer + 1}", (x, y), ha="center", va="center", fontsize=9,
+                            color="white" if face == RECOMPUTED_COLOR else "black")  # fmt: skip
+        ax.annotate(
+            "", (-0.3, 0.5), (n_layers - 0.7, 0.5), arrowprops={"arrowstyle": "->", "color": "0.5"}
+        )  # fmt: skip: backward's way
+        if segments > 1:
+            size = n_layers // segments
+            for start in range(0, size * (segments - 1), size):
+                ax.plot([start - 0.4, start + size - 0.6], [1.45, 1.45], color="0.3", lw=2)
+        kept = roles.count("kept")
+        title = (
+            f"no checkpointing: the forward pass keeps all {n_layers} layer outputs"
+            if segments <= 1
+            else f"{segments} segments (bars: checkpointed): keeps {kept}, drops "
+            f"{n_layers - kept} and recomputes them in backward"
+        )
+        ax.set_title(title, fontsize=10, loc="left")
+        ax.set_xlim(-2.2, n_layers)
+        ax.set_ylim(-0.6, 1.7)
+        ax.set_axis_off()
+    handles = [
+        _box(0, 0, KEPT_COLOR, "0.25", "-"),
+        _box(0, 0, "white", "0.25", "--"),
+        _box(0, 0, RECOMPUTED_COLOR, "0.25", "-"),
+    ]
+    labels = ["kept for backward", "dropped after use", "recomputed in backward"]
+    figure.legend(handles, labels, loc="outside lower center", ncols=3, frameon=False)
+    return figure
+
+
+def _box(x: float, y: float, face: str, edge: str, style: str):
+    from matplotlib.patches import FancyBboxPatch
+
+    return FancyBboxPatch((x - 0.35, y - 0.3), 0.7, 0.6, boxstyle="round,pad=0.02",
+                          facecolor=face, edgecolor=edge, linestyle=style)  # fmt: skip

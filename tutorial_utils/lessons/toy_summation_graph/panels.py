@@ -12,7 +12,7 @@ import ipywidgets as widgets
 from IPython.display import Image, display
 from matplotlib.figure import Figure
 
-from tutorial_utils.display.widgets import int_slider
+from tutorial_utils.display.widgets import PanelBox, figure_output, int_slider
 from tutorial_utils.lessons.toy_summation_graph.chain import (
     every_kth_layer_cost,
     optimal_k,
@@ -33,6 +33,17 @@ from tutorial_utils.lessons.toy_summation_graph.trees import (
     evaluation_steps,
     peak_memory,
 )
+
+__all__ = [
+    "STRATEGY_LABELS",
+    "chain_panel",
+    "chain_view",
+    "evaluation_panel",
+    "evaluation_view",
+    "growth_panel",
+    "growth_view",
+    "show_figure",
+]
 
 STRATEGY_LABELS = {"keep everything": "keep_all", "free as you go": "free_as_you_go"}
 
@@ -90,7 +101,14 @@ def _show(view_result: tuple[str, Figure]) -> None:
     show_figure(figure)
 
 
-def evaluation_panel(tree: SummationTree | None = None) -> widgets.VBox:
+def _panel(children: list[widgets.Widget], first: tuple[str, Figure]) -> PanelBox:
+    """The panel's box, with a picture of its first view for pages without a kernel."""
+    box = PanelBox(children)
+    box.keep_picture((figure_output(first[1]),))
+    return box
+
+
+def evaluation_panel(tree: SummationTree | None = None) -> PanelBox:
     """Step slider over the evaluation, strategy and convention dropdowns."""
     tree = tree or article_tree()
     strategy = widgets.Dropdown(options=list(STRATEGY_LABELS.items()), description="strategy")
@@ -108,10 +126,11 @@ def evaluation_panel(tree: SummationTree | None = None) -> widgets.VBox:
         lambda step, strategy, convention: _show(evaluation_view(tree, step, strategy, convention)),
         {"step": step, "strategy": strategy, "convention": convention},
     )
-    return widgets.VBox([widgets.HBox([strategy, convention]), step, output])
+    first = evaluation_view(tree, step.value, strategy.value, convention.value)
+    return _panel([widgets.HBox([strategy, convention]), step, output], first)
 
 
-def growth_panel() -> widgets.VBox:
+def growth_panel() -> PanelBox:
     """Leaves slider with shape, order and convention dropdowns."""
     leaves = int_slider("leaves", 8, 2, 64)
     shape = widgets.Dropdown(options=list(SHAPES), value="balanced", description="shape")
@@ -123,10 +142,11 @@ def growth_panel() -> widgets.VBox:
         ),
         {"shape": shape, "n_leaves": leaves, "order": order, "convention": convention},
     )
-    return widgets.VBox([widgets.HBox([shape, order, convention]), leaves, output])
+    first = growth_view(shape.value, leaves.value, order.value, convention.value)
+    return _panel([widgets.HBox([shape, order, convention]), leaves, output], first)
 
 
-def chain_panel() -> widgets.VBox:
+def chain_panel() -> PanelBox:
     """Sliders for the number of layers n and the checkpoint spacing k (k follows n)."""
     n_layers = int_slider("n layers", 16, 2, 100)
     k = int_slider("k", 4, 1, 16)
@@ -138,4 +158,4 @@ def chain_panel() -> widgets.VBox:
     output = widgets.interactive_output(
         lambda n_layers, k: _show(chain_view(n_layers, k)), {"n_layers": n_layers, "k": k}
     )
-    return widgets.VBox([n_layers, k, output])
+    return _panel([n_layers, k, output], chain_view(n_layers.value, k.value))

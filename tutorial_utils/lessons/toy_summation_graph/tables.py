@@ -25,8 +25,18 @@ from tutorial_utils.lessons.toy_summation_graph.trees import (
 )
 from tutorial_utils.measurement.gradients import gradients_identical
 from tutorial_utils.measurement.step import StepReport
-from tutorial_utils.measurement.timing import time_verdict
+from tutorial_utils.measurement.timing import Timing
 from tutorial_utils.units import MiB
+
+__all__ = [
+    "conventions_table",
+    "measured_vs_model_table",
+    "no_grad_table",
+    "schedules_table",
+    "segment_plans_table",
+    "sqrt_rule_table",
+    "tree_shapes_table",
+]
 
 
 def conventions_table(tree: SummationTree) -> str:
@@ -106,34 +116,38 @@ def measured_vs_model_table(
     records: Sequence[StepReport],
     predicted_ratios: Mapping[int, float] | None = None,
 ) -> str:
-    """The simulation's units beside the measured step's, with the measured peak and time; the
-    time read against the plain step's (first record) and, if given, the FLOP-predicted ratio."""
+    """The model's peak in activations beside the measured step's peak in MiB above its start
+    (what ``torch.cuda.max_memory_allocated() - start`` reads), and the fastest step time read
+    against the plain step's (first record) and, if given, the FLOP-predicted ratio."""
     plain = records[0].timing
     predicted = predicted_ratios or {}
     rows = [
         (
             c.segments,
             c.model_units,
-            f"{c.measured_units:.2f}",
-            f"{c.extra_units:.2f}",
-            f"{r.peak_bytes / MiB:.2f}",
+            f"{(r.peak_bytes - r.baseline_bytes) / MiB:.2f}",
             "n/a" if r.timing is None else r.timing.describe(),
-            "n/a"
-            if r.timing is None or plain is None
-            else time_verdict(r.timing, plain, predicted.get(c.segments)),
+            "n/a" if r.timing is None or plain is None else _fastest_ratio(r.timing, plain),
+            f"x{predicted[c.segments]:.2f}" if c.segments in predicted else "n/a",
         )
         for c, r in zip(comparisons, records, strict=True)
     ]
     header = (
         "segments",
-        "model",
-        "measured",
-        "extra",
-        "peak MiB",
+        "model (activations)",
+        "peak MiB above start",
         "step time, fastest (range)",
-        "time vs no checkpointing",
+        "fastest vs none",
+        "FLOPs predict",
     )
-    return text_table(header, rows, "rrrrrll")
+    return text_table(header, rows, "rrrllr")
+
+
+def _fastest_ratio(timing: Timing, reference: Timing) -> str:
+    """Fastest against fastest, and whether the ranges overlap: a quick read, not the CPU-time
+    medians that the tutorial calls "beyond noise" (tools.compare_times)."""
+    apart = "ranges apart" if not timing.overlaps(reference) else "ranges overlap"
+    return f"x{timing.fastest / reference.fastest:.2f} ({apart})"
 
 
 def no_grad_table(
@@ -159,7 +173,7 @@ def schedules_table(
     targets: torch.Tensor,
     unit_bytes: int,
 ) -> str:
-    """Each way of running ``chain``: its backward peak in activations (measured), how often its most
+    """Each way of running ``chain``: its step's peak in MiB above its start (measured), how often its most
     recomputed module runs and the forward passes it recomputes (counted from the schedule),
     and whether its gradients equal the plain run's bit for bit."""
     _, plain_gradients = backward_peak_and_gradients(chain, chain, inputs, targets)
@@ -169,10 +183,10 @@ def schedules_table(
         same = gradients_identical(gradients, plain_gradients)
         counts = runs[name]
         recomputed = (sum(counts) - len(counts)) / len(counts)
-        rows.append((name, f"{peak / unit_bytes:.2f}", max(counts), f"{recomputed:.2f}", same))
+        rows.append((name, f"{peak / MiB:.2f}", max(counts), f"{recomputed:.2f}", same))
     header = (
         "forward",
-        "peak in activations",
+        "peak MiB above start",
         "most runs of a module",
         "forward passes recomputed",
         "gradients bitwise equal",

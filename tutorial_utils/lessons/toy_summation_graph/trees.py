@@ -11,6 +11,28 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+__all__ = [
+    "CONVENTIONS",
+    "Convention",
+    "ORDERS",
+    "SHAPES",
+    "STRATEGIES",
+    "Step",
+    "SummationTree",
+    "alive_labels",
+    "article_tree",
+    "balanced_tree",
+    "build_tree",
+    "chain_tree",
+    "evaluation_order",
+    "evaluation_steps",
+    "format_steps",
+    "peak_growth",
+    "peak_index",
+    "peak_memory",
+    "tree_from_sums",
+]
+
 STRATEGIES = ("keep_all", "free_as_you_go")
 
 ORDERS = ("depth_first", "level_order")

@@ -23,6 +23,20 @@ from tutorial_utils.measurement.step import (
 )
 from tutorial_utils.units import MiB
 
+__all__ = [
+    "ARTICLE_BATCH",
+    "ARTICLE_INPUT",
+    "after_forward_bytes",
+    "article_batch",
+    "best_uniform_split",
+    "checkpointed_flops_ratio",
+    "dry_run_sweep",
+    "format_sweep",
+    "plot_saved_activations",
+    "sequential_splits",
+    "step_timelines",
+]
+
 # -- where the activations sit ---------------------------------------------------------------
 
 

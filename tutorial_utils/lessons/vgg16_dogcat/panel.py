@@ -21,6 +21,8 @@ from tutorial_utils.lessons.vgg16_dogcat.activations import (
 )
 from tutorial_utils.measurement.step import SweepRecord, sweep_strategies
 
+__all__ = ["ARTICLE_SCALE", "MACHINE_SCALE", "SCALES", "SegmentExplorer", "sqrt_rule"]
+
 # -- the flat layout, explored ---------------------------------------------------------------
 
 

@@ -12,6 +12,14 @@ from torch.utils.checkpoint import checkpoint_sequential
 
 from tutorial_utils.checkpointing.segments import segment_boundaries, validate_segments
 
+__all__ = [
+    "SegmentGradients",
+    "dropout_segments",
+    "forward_call_counts",
+    "gradients_per_segment",
+    "raised_by_torch",
+]
+
 # -- pitfalls --------------------------------------------------------------------------------
 
 
