@@ -47,7 +47,7 @@ x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
 torch.manual_seed(0)  # every rank starts from the same weights
 ddp_model = DistributedDataParallel(Net(checkpointed=True))  # checkpoint inside forward
 F.cross_entropy(ddp_model(x), y).backward()  # gradients all-reduced: equal on every rank
-print(f"rank {rank}: DDP + checkpoint, step done")
+print(f"rank {rank}: DDP + checkpoint, step done\n", end="")  # one write: ranks share stdout
 
 torch.manual_seed(0)
 model = Net()
@@ -59,5 +59,6 @@ for block in model.blocks:
 fully_shard(model, mesh=mesh, mp_policy=bf16)  # and the rest
 F.cross_entropy(model(x), y).backward()
 grad = model.head.weight.grad  # this rank's shard, reduced in fp32
-print(f"rank {rank}: FSDP2 + apply_activation_checkpointing, step done, {grad.dtype} gradients")
+done = "FSDP2 + apply_activation_checkpointing, step done"
+print(f"rank {rank}: {done}, {grad.dtype} gradients\n", end="")
 dist.destroy_process_group()

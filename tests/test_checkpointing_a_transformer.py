@@ -50,7 +50,7 @@ from tutorial_utils.measurement.meta_attention import (
     unpacked_batches_on_meta,
 )
 from tutorial_utils.measurement.saved_tensors import OUTSIDE, saved_bytes_per_module
-from tutorial_utils.measurement.step import measure_step, next_token_loss
+from tutorial_utils.measurement.step import Recording, measure_step, next_token_loss
 from tutorial_utils.measurement.tracker import TensorMemoryTracker
 
 CONFIGS = {
@@ -145,7 +145,12 @@ def test_flop_counting_leaves_the_dry_run_peak_unchanged():
     ids = token_batch(BATCH, SEQUENCE, "meta", 1000)
     counted, plain = (
         measure_step(
-            meta, ids, ids, optimizer_factory=adamw, loss_fn=next_token_loss, count_flops=c
+            meta,
+            ids,
+            ids,
+            optimizer_factory=adamw,
+            loss_fn=next_token_loss,
+            recording=Recording(count_flops=c),
         )
         for c in (True, False)
     )
