@@ -39,17 +39,7 @@ CORE_MINUTES_TARGET = 180  # issue 42: the seven cores in three hours or less
 # Notebooks whose committed run records no headline yet. A notebook listed here gets a "no
 # headline yet" row instead of failing the page test; the lead empties this set at merge, once
 # every notebook has been re-executed with its record_headline cells.
-PENDING_HEADLINES: frozenset[str] = frozenset(
-    {
-        "01_toy_summation_graph",
-        "02_vgg16_dogcat",
-        "03_cifar10_neta",
-        "04_choosing_what_to_checkpoint",
-        "05_checkpointing_at_scale",
-        "06_checkpointing_a_transformer",
-        "07_your_model",
-    }
-)
+PENDING_HEADLINES: frozenset[str] = frozenset()
 TIME_RATIO = re.compile(r"^(?P<prefix>.*?)(?P<clock>cpu_|wall_)?time_ratio$")
 WORDS = {"cpu": "CPU", "flops": "FLOPs", "ddp": "DDP", "fsdp": "FSDP", "lora": "LoRA"}
 UNITS = (("_mib", " MiB"), ("_s", " s"), ("_tokens", " tokens"))

@@ -27,7 +27,15 @@ from tests.saved_run import CHECK_TAG, sanitize_patterns
 
 ROOT = Path(__file__).resolve().parent.parent
 COPY_TAG = "copy"
-BESIDE_THE_SCRIPT = {"01", "02", "03"}  # notebooks whose copy cells run beside tools.py alone
+BESIDE_THE_SCRIPT = {
+    "01",
+    "02",
+    "03",
+    "04",
+    "05",
+    "06",
+    "07",
+}  # copy cells run beside tools.py alone
 IMPORT_LINE = re.compile(r"^from tutorial_utils\.tools import", re.MULTILINE)
 CHANGED_LINE = "from tools import"
 CELL_MARK = "@@copy cell {}@@"

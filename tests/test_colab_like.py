@@ -204,6 +204,8 @@ def test_the_wheel_alone_runs_every_notebook_with_ipywidgets_7(tmp_path: Path, n
         assert versions[_normalised(package)] == version, f"{package} is not {version}"
     notebooks = tmp_path / "notebooks"
     shutil.copytree(ROOT / "notebooks", notebooks, ignore=shutil.ignore_patterns(".*"))
+    # notebook 05 shows and runs the rank files beside the notebooks' folder, as a clone has them
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
     env = {
         "PATH": f"{venv / 'bin'}:/usr/bin:/bin",
         "HOME": str(tmp_path / "home"),  # generated data under ~/.cache, as on Colab

@@ -26,7 +26,7 @@ COLAB_GUARD = '"google.colab" in sys.modules'
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 # notebooks whose solutions are committed without outputs (scripts/hide_solutions.py), so no
 # answer shows before the learner runs it, in JupyterLab, Colab or on GitHub; the lead extends it
-ANSWERS_BEHIND_A_CLICK = {"01", "02", "03"}
+ANSWERS_BEHIND_A_CLICK = {"01", "02", "03", "04", "05", "06", "07"}
 WRITTEN_ANSWER = re.compile(r"print\(\s*\(?\s*f?[\"']Answer: ")
 
 by_name = pytest.mark.parametrize("notebook_path", NOTEBOOKS, ids=lambda path: path.stem)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+__all__ = ["needs_cuda", "skipped_cells_report"]
+
 _skipped: list[str] = []
 
 

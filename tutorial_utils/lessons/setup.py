@@ -14,6 +14,8 @@ from tutorial_utils.articles.profiles import Profile, get_profile
 from tutorial_utils.display.figure_check import CHECK_FIGURES_ENV, check_figures_when_shown
 from tutorial_utils.measurement.devices import default_device, describe_device, mps_status
 
+__all__ = ["QUIETED_LOGGERS", "ipywidgets_version", "report_environment"]
+
 # Loggers whose warnings say nothing about a notebook here: bitsandbytes (imported by peft when it
 # is installed) warns on CPUs with AVX512-BF16 that an optional kernel package is missing, and no
 # notebook runs its CPU 4-bit kernels (07's nf4 estimate emulates them on meta).
