@@ -28,7 +28,7 @@ from tutorial_utils.checkpointing.kinds import families
 from tutorial_utils.display.labels import annotate_points
 from tutorial_utils.display.plotting import figure_subtitle
 from tutorial_utils.display.tables import columns_table
-from tutorial_utils.display.widgets import budget_slider, result_outputs
+from tutorial_utils.display.widgets import PanelBox, budget_slider, result_outputs
 from tutorial_utils.measurement.timing import Timing
 from tutorial_utils.planning.limits import PeakFloor
 from tutorial_utils.planning.nested import NestedComparison, NestedPlan, nested_from_profile
@@ -253,7 +253,7 @@ class BudgetExplorer:
             value=False, description="nested: modules may run 3+ times", indent=False
         )
         self.output = widgets.Output()
-        self.widget = widgets.VBox([widgets.HBox([self.slider, self.nested]), self.output])
+        self.widget = PanelBox([widgets.HBox([self.slider, self.nested]), self.output])
         self.slider.observe(lambda _: self.show(), names="value")
         self.nested.observe(lambda _: self.show(), names="value")
         self.show()
@@ -269,7 +269,9 @@ class BudgetExplorer:
         return figure, f"budget {budget_mib:.0f} MiB added -> {plan}\n{plan.describe()}"
 
     def show(self) -> None:
-        self.output.outputs = result_outputs(self.explore(self.slider.value, self.nested.value))
+        outputs = result_outputs(self.explore(self.slider.value, self.nested.value))
+        self.widget.keep_picture(outputs)  # a static page shows the first plan's figure
+        self.output.outputs = outputs
 
 
 TABLE_COLUMNS = (
