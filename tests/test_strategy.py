@@ -209,3 +209,37 @@ def test_offloading_a_resnets_blocks_on_cuda_gives_the_plain_gradients():
     inputs, targets = torch.randn(2, 3, 32, 32, device="cuda"), torch.tensor([0, 2], device="cuda")
     plain = _loss_and_grads(model, NO_CHECKPOINTING, inputs, targets)
     torch.testing.assert_close(_loss_and_grads(model, offloaded(), inputs, targets), plain)
+
+
+class _Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc, self.act = nn.Linear(8, 8), nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.fc(x))
+
+
+class _Stack(nn.Module):
+    """Not a Sequential itself: checkpointed through its repeated blocks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.Sequential(*[_Block() for _ in range(4)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.blocks(x)
+
+
+@pytest.mark.filterwarnings("error:.*respect_saved_tensors_hooks:FutureWarning")
+@pytest.mark.parametrize("sequential", [True, False], ids=["regions", "blocks"])
+def test_a_selective_policy_inside_saved_tensor_hooks_chooses_explicitly(sequential: bool) -> None:
+    """torch 2.15 warns that SAC under saved-tensor hooks will change; the package says False."""
+    torch.manual_seed(0)
+    model: nn.Module = _Stack()
+    if sequential:
+        model = model.blocks
+    x = torch.randn(2, 8, requires_grad=True)
+    strategy = selective(MATRIX_PRODUCT_OPS, regions=2 if sequential else 0)
+    kept = saved_bytes(model, lambda: strategy.run(model, x))  # inside SavedTensors' hooks
+    assert 0 < kept < saved_bytes(model, lambda: model(x))

@@ -20,6 +20,8 @@ import torch
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
+from tutorial_utils.checkpointing.selective import sac_hooks_option
+
 __all__ = ["checkpointed_blocks", "decoder_layers", "repeated_blocks"]
 
 
@@ -43,6 +45,7 @@ def checkpointed_blocks(
     options: dict[str, Any] = {"use_reentrant": use_reentrant}
     if context_fn is not None:
         options["context_fn"] = context_fn
+        options.update(sac_hooks_option())
     for block in blocks:
         forward = block.forward
 

@@ -22,6 +22,7 @@ transformer block, or one that also saves the attention kernel's output.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 
 import torch
@@ -34,6 +35,7 @@ __all__ = [
     "MATRIX_PRODUCT_OPS",
     "saving_policy",
     "selective_context_fn",
+    "sac_hooks_option",
 ]
 
 aten = torch.ops.aten
@@ -77,3 +79,19 @@ def saving_policy(ops: frozenset) -> Callable[..., CheckpointPolicy]:
 def selective_context_fn(ops: frozenset) -> Callable[[], tuple]:
     """``checkpoint(..., use_reentrant=False, context_fn=selective_context_fn(ops))``."""
     return functools.partial(create_selective_checkpoint_contexts, saving_policy(ops))
+
+
+def sac_hooks_option() -> dict[str, bool]:
+    """``respect_saved_tensors_hooks=False`` where ``checkpoint`` has it (torch 2.14 and later).
+
+    A ``context_fn`` region run inside saved-tensor hooks (the tools' ``SavedTensors``, the
+    tracker, ``save_on_cpu``) warns in torch 2.15 that a future release will route what the policy
+    saves through the hooks. Saying ``False`` keeps today's behaviour, which every figure here was
+    measured with; older releases lack the argument, so it is left out there.
+    """
+    parameters = inspect.signature(torch.utils.checkpoint.checkpoint).parameters
+    return (
+        {"respect_saved_tensors_hooks": False}
+        if "respect_saved_tensors_hooks" in parameters
+        else {}
+    )

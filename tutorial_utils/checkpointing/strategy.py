@@ -31,7 +31,11 @@ from tutorial_utils.checkpointing.batchnorm import run_keeping_batchnorm
 from tutorial_utils.checkpointing.blocks import checkpointed_blocks, repeated_blocks
 from tutorial_utils.checkpointing.kinds import STRATEGY_KINDS, spelled
 from tutorial_utils.checkpointing.segments import segment_boundaries, validate_segments
-from tutorial_utils.checkpointing.selective import EXPENSIVE_OPS, selective_context_fn
+from tutorial_utils.checkpointing.selective import (
+    EXPENSIVE_OPS,
+    sac_hooks_option,
+    selective_context_fn,
+)
 from tutorial_utils.checkpointing.transformers_api import (
     disable_checkpointing,
     enable_checkpointing,
@@ -196,6 +200,7 @@ class Strategy:
         context_fn = wrap_context(inner) if wrap_context is not None else inner
         if context_fn is not None:
             kwargs["context_fn"] = context_fn
+            kwargs.update(sac_hooks_option())
         return kwargs
 
     def run(self, model: nn.Module, *args: Any, **kwargs: Any) -> Any:
