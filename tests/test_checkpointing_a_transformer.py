@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import warnings
 from functools import partial
 
@@ -226,7 +225,7 @@ def test_largest_fitting_finds_the_boundary_from_any_start(start, answer):
 def test_notebook_and_command_line_give_the_same_longest_sequences(tmp_path, capsys):
     """Notebook 06's table (``longest_sequences``) and ``python -m tutorial_utils estimate`` read
     the same longest sequence for every strategy: one engine (issue 41). A tiny config keeps it
-    cheap; its large vocabulary makes the two strategies' answers differ."""
+    cheap."""
     config = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
               "num_hidden_layers": 4, "num_attention_heads": 2, "num_key_value_heads": 2,
               "vocab_size": 32000, "max_position_embeddings": 2048}  # fmt: skip
@@ -236,13 +235,9 @@ def test_notebook_and_command_line_give_the_same_longest_sequences(tmp_path, cap
     fits = longest_sequences(workload, ["none", "every-block"], ["1GB"])
     notebook = {f.strategy: f.sequence for f in fits}
     args = ["estimate", "--hf-config", str(path), "--seq", "512", "--lora", "4", "--card", "1GB"]
-    assert main([*args, "--strategies", "none,every-block", "--jobs", "1"]) == 0
-    command = {}  # the last table printed: the one with the longest sequences
-    for line in capsys.readouterr().out.splitlines():
-        for name in notebook:
-            if line.startswith(f"{name}  "):
-                tokens = re.search(r"([\d,]+) tokens", line)
-                command[name] = int(tokens.group(1).replace(",", "")) if tokens else 0
+    assert main([*args, "--strategies", "none,every-block", "--jobs", "1", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)  # --json: every figure, units in the names
+    command = {row["strategy"]: row["largest_sequence_tokens"] for row in printed["strategies"]}
     assert command == notebook
     assert 0 < notebook["none"] <= notebook["every block"]
     with pytest.raises(ValueError, match="at least one strategy"):
