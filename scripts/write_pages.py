@@ -288,6 +288,32 @@ def replace_between(text: str, name: str, body: str, page: str) -> str:
     return f"{head}{begin}\n{body}\n{end}{tail}"
 
 
+ESTIMATE_TAG = "pages-estimate"  # the code cell whose printed table docs/ESTIMATE.md shows
+
+
+def estimate_example(root: Path) -> str | None:
+    """The estimate table a notebook's committed run printed, from its cell tagged
+    ``pages-estimate``, fenced for docs/ESTIMATE.md; None when no notebook has one."""
+    for path in sorted((root / "notebooks").glob("*.ipynb")):
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        for cell in cells:
+            if cell["cell_type"] != "code" or ESTIMATE_TAG not in cell["metadata"].get("tags", []):
+                continue
+            printed = "".join(
+                "".join(out["text"])
+                for out in cell.get("outputs", [])
+                if out.get("output_type") == "stream" and out.get("name") == "stdout"
+            )
+            profile, torch = run_environment(cells)
+            return (
+                f"Printed by [`{path.stem}`](../notebooks/{path.name})'s committed run "
+                f"(`{profile}` profile, torch {torch}; its `estimate_table`, the command's own "
+                f"renderer), written here by `scripts/write_pages.py`:\n\n```\n"
+                f"{printed.rstrip()}\n```"
+            )
+    return None
+
+
 def notebook_runs(root: Path) -> list[NotebookRun]:
     paths = sorted((root / "notebooks").glob("*.ipynb"))
     if not paths:
@@ -301,12 +327,19 @@ def written_pages(root: Path, runs: list[NotebookRun]) -> dict[Path, str]:
     text = readme.read_text(encoding="utf-8")
     text = replace_between(text, "tour", tour_table(runs), "README.md")
     text = replace_between(text, "headlines", headline_table(runs), "README.md")
-    return {
+    pages = {
         readme: text,
         results: replace_between(
             results.read_text(encoding="utf-8"), "runs", results_section(runs), "docs/RESULTS.md"
         ),
     }
+    example = estimate_example(root)
+    if example is not None:
+        manual = root / "docs" / "ESTIMATE.md"
+        pages[manual] = replace_between(
+            manual.read_text(encoding="utf-8"), "estimate", example, "docs/ESTIMATE.md"
+        )
+    return pages
 
 
 def main(argv: list[str] | None = None) -> int:
