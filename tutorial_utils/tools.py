@@ -102,11 +102,10 @@ class LiveBytes(TorchDispatchMode):
 
     def __enter__(self) -> Self:
         for tensor in [o for o in gc.get_objects() if issubclass(type(o), torch.Tensor)]:
-            if tensor.layout != torch.strided or tensor.device.type == "meta":
-                continue
-            try:
-                self._follow(tensor.untyped_storage())  # alive already: its free will count
-            except RuntimeError:  # a wrapper with no data of its own (a DTensor, say)
+            try:  # a wrapper with no data or device of its own (a DTensor, say) raises
+                if tensor.layout == torch.strided and tensor.device.type != "meta":
+                    self._follow(tensor.untyped_storage())  # alive already: its free will count
+            except RuntimeError:
                 pass
         return super().__enter__()
 
