@@ -101,6 +101,7 @@ class LiveBytes(TorchDispatchMode):
         self.finalizers: list[weakref.finalize] = []
 
     def __enter__(self) -> Self:
+        gc.collect()  # garbage collected during the step would count as frees the step made
         for tensor in [o for o in gc.get_objects() if issubclass(type(o), torch.Tensor)]:
             try:  # a wrapper with no data or device of its own (a DTensor, say) raises
                 if tensor.layout == torch.strided and tensor.device.type != "meta":
