@@ -424,7 +424,9 @@ def test_notebook_runs_and_its_widgets_respond(chromium_browser, lab, notebook: 
         page.wait_for_selector(".jp-NotebookPanel .jp-Cell")
         page.wait_for_function(KERNEL_IDLE_JS)
         if committed_widget_models(notebook):  # first open, before anything runs
-            page.locator(".widget-slider").first.wait_for(state="visible", timeout=20_000)
+            page.locator(".widget-slider").first.wait_for(
+                state="visible", timeout=PANEL_TIMEOUT_S * 1000
+            )  # a loaded machine renders the saved widgets slowly
             shown_as_text = page.evaluate(WIDGET_REPR_JS)
             assert not shown_as_text, f"saved panels shown as text on open: {shown_as_text[:2]}"
         click_menu(page, "Edit", "Clear Outputs of All Cells")
