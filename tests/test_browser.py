@@ -197,6 +197,11 @@ def start_lab(workdir: Path) -> LabServer:
     settings = workdir / "settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True)
     (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+    # every cell rendered, not only those scrolled into view: a saved panel far down a notebook is
+    # then in the page on first open, whatever the machine's load
+    notebook_settings = workdir / "settings" / "@jupyterlab" / "notebook-extension"
+    notebook_settings.mkdir(parents=True)
+    (notebook_settings / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
     env = {
         **os.environ,
         "TUTORIAL_PROFILE": "ci",
