@@ -236,15 +236,12 @@ def runs_summary(runs: list[NotebookRun]) -> str:
 
 
 def headline_table(runs: list[NotebookRun]) -> str:
-    rows = ["| notebook | result, as its run printed it | figures |", "| --- | --- | --- |"]
+    rows = ["| notebook | result, as its run printed it |", "| --- | --- |"]
     for run in runs:
         if not run.headlines:
-            rows.append(f"| `{run.stem}` | (no headline recorded yet) | |")
+            rows.append(f"| `{run.stem}` | (no headline recorded yet) |")
         for headline in run.headlines.values():
-            rows.append(
-                f"| `{run.stem}` | {cell(sentence_text(headline))} | "
-                f"{cell(figures_text(headline))} |"
-            )
+            rows.append(f"| `{run.stem}` | {cell(headline['text'])} |")  # verbatim
     return "\n".join(rows)
 
 
@@ -271,9 +268,7 @@ def results_section(runs: list[NotebookRun]) -> str:
         if not run.headlines:
             lines.append("No headline recorded yet (its cells do not call `record_headline`).")
         for key, headline in run.headlines.items():
-            lines.append(
-                f"- **{cell(sentence_text(headline))}** ({figures_text(headline)}; `{key}`)"
-            )
+            lines.append(f"- **{cell(headline['text'])}** (`{key}`)")
         parts.append("\n".join(lines))
     return "\n\n".join(parts)
 
