@@ -11,18 +11,21 @@ import torch
 import torch.nn as nn
 
 from tutorial_utils.__main__ import main
+from tutorial_utils.articles.profiles import PROFILES
 from tutorial_utils.checkpointing.blocks import checkpointed_blocks
 from tutorial_utils.checkpointing.selective import MATRIX_PRODUCT_OPS, saving_policy
 from tutorial_utils.checkpointing.strategy import offloaded
 from tutorial_utils.display.figure_check import figure_problems
 from tutorial_utils.estimate.estimator import Workload
 from tutorial_utils.estimate.models import build_causal_lm, decoder_blocks, trainable_parameters
+from tutorial_utils.estimate.strategies import parse_strategy
 from tutorial_utils.lessons.checkpointing_a_transformer import (
     StrategyExplorer,
     adamw,
     fit_table,
     lm_step,
     longest_sequences,
+    sizes_for,
     small_gpt2_config,
     small_llama_config,
     strategy_rows,
@@ -209,6 +212,11 @@ def test_notebook_and_command_line_give_the_same_longest_sequences(tmp_path, cap
     assert 0 < notebook["none"] <= notebook["every block"]
     with pytest.raises(ValueError, match="at least one strategy"):
         longest_sequences(workload, [], ["1GB"])
+
+
+def test_every_profile_searches_strategies_the_command_line_takes():
+    for profile in PROFILES.values():
+        assert all(parse_strategy(name) for name in sizes_for(profile).fit_strategies)
 
 
 def test_bad_input_gets_a_one_line_error():

@@ -9,16 +9,18 @@ card by ``estimate``'s engine (a test holds it equal to the command's ``--json``
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TypedDict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeAlias, TypedDict
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import torch
-import torch.nn as nn
 from matplotlib.figure import Figure
-from transformers import GPT2Config, LlamaConfig
+from peft import PeftModel
+from transformers import GPT2Config, LlamaConfig, PreTrainedModel
 
+from tutorial_utils.articles.profiles import Profile
 from tutorial_utils.checkpointing.selective import ATTENTION_OPS, MATRIX_PRODUCT_OPS
 from tutorial_utils.checkpointing.strategy import (
     NO_CHECKPOINTING,
@@ -39,6 +41,7 @@ from tutorial_utils.measurement.tracker import CATEGORIES
 from tutorial_utils.units import MiB, ratio
 
 __all__ = [
+    "Sizes",
     "StrategyExplorer",
     "adamw",
     "breakdown_table",
@@ -49,6 +52,7 @@ __all__ = [
     "longest_sequences",
     "rows_table",
     "small_gpt2_config",
+    "sizes_for",
     "small_llama_config",
     "strategy_rows",
     "token_batch",
@@ -56,12 +60,30 @@ __all__ = [
 ]
 
 
-def gpt2_small_config(**overrides) -> GPT2Config:
+# a transformers causal LM, bare or with peft's adapters: it has a ``config`` and the methods
+CausalLM: TypeAlias = PreTrainedModel | PeftModel
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What a profile runs beyond the core (whose copy cells size by device)."""
+
+    fit_strategies: tuple[str, ...]  # --strategies spellings searched for the longest sequence
+
+
+def sizes_for(profile: Profile) -> Sizes:
+    """The ``ci`` profile searches two strategies for the longest sequence; the others, four."""
+    if profile.name == "ci":
+        return Sizes(("none", "every-block"))
+    return Sizes(("none", "every-block", "every-2", "selective"))
+
+
+def gpt2_small_config(**overrides: object) -> GPT2Config:
     """GPT-2 small (124 M parameters, 12 layers, hidden 768, 12 heads, context 1024)."""
     return GPT2Config(bos_token_id=0, eos_token_id=0, use_cache=False, **overrides)
 
 
-def llama_1b_config(**overrides) -> LlamaConfig:
+def llama_1b_config(**overrides: object) -> LlamaConfig:
     """Llama-3.2-1B's published shape (``estimate.models.PRESETS``, with its source); no cache."""
     published = {k: v for k, v in PRESETS["llama-3.2-1b"].items() if k != "model_type"}
     training = {"bos_token_id": 0, "eos_token_id": 0, "use_cache": False}
@@ -80,7 +102,7 @@ def small_gpt2_config(layers: int = 2, hidden: int = 128) -> GPT2Config:
     return gpt2_small_config(n_layer=layers, n_embd=hidden, n_head=4, vocab_size=1000)
 
 
-def adamw(parameters) -> torch.optim.Optimizer:
+def adamw(parameters: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
     """Fine-tuning's optimizer: AdamW over the parameters that train."""
     return torch.optim.AdamW([p for p in parameters if p.requires_grad], lr=1e-4)
 
@@ -109,7 +131,7 @@ def transformer_menu(layers: int, *, on_cuda: bool = False) -> list[Strategy]:
     return [*menu, offloaded()] if on_cuda else menu
 
 
-def lm_step(model: nn.Module, strategy: Strategy, batch: int, sequence: int) -> StepReport:
+def lm_step(model: CausalLM, strategy: Strategy, batch: int, sequence: int) -> StepReport:
     """One AdamW training step of a causal LM under ``strategy``, tracked: a dry run on meta,
     else a real step (untimed: the notebook times real steps with ``tools.time_turns``)."""
     device = next(model.parameters()).device.type
@@ -132,7 +154,7 @@ class StrategyRow(TypedDict):
 
 
 def strategy_rows(
-    model: nn.Module, menu: Sequence[Strategy], batch: int, sequence: int
+    model: CausalLM, menu: Sequence[Strategy], batch: int, sequence: int
 ) -> list[StrategyRow]:
     """One ``lm_step`` per strategy, as rows; ratios to the first (which should be "none")."""
     reports = [lm_step(model, strategy, batch, sequence) for strategy in menu]
@@ -199,7 +221,7 @@ class StrategyExplorer:
     """Models, a batch and a sequence length: Run dry-runs every strategy of the menu there
     (cached per choice) and returns the bars and the table."""
 
-    def __init__(self, models: Mapping[str, nn.Module], *, batch: int, sequence: int) -> None:
+    def __init__(self, models: Mapping[str, CausalLM], *, batch: int, sequence: int) -> None:
         self.models = dict(models)
         self.computed: dict[tuple[str, int, int], list[StrategyRow]] = {}
         controls = {
