@@ -41,6 +41,8 @@ from tutorial_utils.measurement.tracker import CATEGORIES
 from tutorial_utils.units import MiB, ratio
 
 __all__ = [
+    "CausalLM",
+    "LMStrategyRow",
     "Sizes",
     "StrategyExplorer",
     "adamw",
@@ -49,6 +51,7 @@ __all__ = [
     "gpt2_small_config",
     "llama_1b_config",
     "lm_step",
+    "plot_strategies",
     "longest_sequences",
     "rows_table",
     "small_gpt2_config",
@@ -140,7 +143,7 @@ def lm_step(model: CausalLM, strategy: Strategy, batch: int, sequence: int) -> S
                         loss_fn=next_token_loss, device=device, time_step=False)  # fmt: skip
 
 
-class StrategyRow(TypedDict):
+class LMStrategyRow(TypedDict):
     """One strategy's ``lm_step`` as a table row: MiB and GFLOP (None where not counted)."""
 
     checkpointing: str
@@ -155,7 +158,7 @@ class StrategyRow(TypedDict):
 
 def strategy_rows(
     model: CausalLM, menu: Sequence[Strategy], batch: int, sequence: int
-) -> list[StrategyRow]:
+) -> list[LMStrategyRow]:
     """One ``lm_step`` per strategy, as rows; ratios to the first (which should be "none")."""
     reports = [lm_step(model, strategy, batch, sequence) for strategy in menu]
     flops = [None if r.flops is None else r.flops.total / 1e9 for r in reports]
@@ -174,7 +177,7 @@ def strategy_rows(
     ]
 
 
-def rows_table(rows: Sequence[StrategyRow]) -> str:
+def rows_table(rows: Sequence[LMStrategyRow]) -> str:
     """Rows as an aligned table headed by how they were obtained."""
     columns = (
         ("checkpointing", "strategy", "{}"),
@@ -198,7 +201,7 @@ def breakdown_table(reports: Mapping[str, StepReport]) -> str:
     return next(iter(reports.values())).source + "\n" + text_table(header, rows)
 
 
-def plot_strategies(rows: Sequence[StrategyRow], title: str) -> Figure:
+def plot_strategies(rows: Sequence[LMStrategyRow], title: str) -> Figure:
     """Two bars per strategy: its predicted peak and the FLOPs it recomputes (dry runs)."""
     if any(row["recompute_gflop"] is None for row in rows):
         raise ValueError("rows without FLOPs: plot the rows of a dry run (a model on meta)")
@@ -223,7 +226,7 @@ class StrategyExplorer:
 
     def __init__(self, models: Mapping[str, CausalLM], *, batch: int, sequence: int) -> None:
         self.models = dict(models)
-        self.computed: dict[tuple[str, int, int], list[StrategyRow]] = {}
+        self.computed: dict[tuple[str, int, int], list[LMStrategyRow]] = {}
         controls = {
             "batch": int_slider("batch", batch, 1, 64),
             "sequence": int_slider("sequence length (tokens)", sequence, 2, 16384),

@@ -14,7 +14,13 @@ from tutorial_utils.articles.profiles import Profile, get_profile
 from tutorial_utils.display.figure_check import CHECK_FIGURES_ENV, check_figures_when_shown
 from tutorial_utils.measurement.devices import default_device, describe_device, mps_status
 
-__all__ = ["QUIETED_LOGGERS", "ipywidgets_version", "report_environment"]
+__all__ = [
+    "OLD_NAME_WARNING",
+    "OLD_NAME_WARNING_MODULE",
+    "QUIETED_LOGGERS",
+    "ipywidgets_version",
+    "report_environment",
+]
 
 # bitsandbytes (imported by peft) warns on some CPUs that an optional kernel package is missing;
 # no notebook runs its CPU kernels (07's nf4 estimate emulates them on meta).

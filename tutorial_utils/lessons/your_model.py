@@ -35,12 +35,12 @@ from tutorial_utils.estimate.strategies import DEFAULT_STRATEGIES
 from tutorial_utils.measurement.tracker import CATEGORIES
 from tutorial_utils.units import GiB
 
-__all__ = ["SIZES", "Sizes", "YourModelPanel", "plot_estimate", "sizes_for"]
+__all__ = ["GPU_CARD", "SIZES", "Sizes", "YourModelPanel", "plot_estimate", "sizes_for"]
 
-CARDS = ("8GB", "12GB", "16GB", "24GB", "40GB", "48GB", "80GB")
+_CARDS = ("8GB", "12GB", "16GB", "24GB", "40GB", "48GB", "80GB")
 GPU_CARD = "the GPU's own"  # the card's memory as --gpu names it (the command without --card)
-CLASSIFIERS = ("resnet18", "resnet50", "convnext_tiny", "vit_b_16")
-CATEGORY_COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52")
+_CLASSIFIERS = ("resnet18", "resnet50", "convnext_tiny", "vit_b_16")
+_CATEGORY_COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52")
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def plot_estimate(result: Estimate, highlight: str | None = None) -> Figure:
     names = [name for name, _ in measured]
     reports = [report for _, report in measured]
     left = [0.0] * len(measured)
-    for category, color in zip(CATEGORIES, CATEGORY_COLORS, strict=True):
+    for category, color in zip(CATEGORIES, _CATEGORY_COLORS, strict=True):
         widths = [report.breakdown[category] / GiB for report in reports]
         ax.barh(names, widths, left=left, color=color, label=CATEGORY_LABELS[category])
         left = [a + b for a, b in zip(left, widths, strict=True)]
@@ -118,7 +118,7 @@ class YourModelPanel:
         self.sizes = sizes
         self.models: dict[tuple[str, str, int, int], nn.Module] = {}
         names = [s.name for s in DEFAULT_STRATEGIES]
-        models = [f"hf:{name}" for name in PRESETS] + [f"torchvision:{c}" for c in CLASSIFIERS]
+        models = [f"hf:{name}" for name in PRESETS] + [f"torchvision:{c}" for c in _CLASSIFIERS]
 
         def dropdown(description: str, options: Sequence[str], value: str) -> widgets.Dropdown:
             return widgets.Dropdown(
@@ -132,7 +132,7 @@ class YourModelPanel:
             "precision": dropdown("precision", (*PRECISIONS, QLORA), "bf16"),
             "lora_rank": int_slider("LoRA rank (0: full fine-tuning)", sizes.lora_rank, 0, 64),
             "strategy": dropdown("strategy", names, names[1]),
-            "card": dropdown("card", (*CARDS, GPU_CARD), "24GB"),
+            "card": dropdown("card", (*_CARDS, GPU_CARD), "24GB"),
             "gpu": dropdown("GPU", tuple(GPUS), "any"),
             "expandable_segments": widgets.Checkbox(
                 value=False, description="expandable segments (the allocator's mode)"
