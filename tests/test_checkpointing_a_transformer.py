@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import warnings
 from functools import partial
@@ -15,31 +14,24 @@ from tutorial_utils.__main__ import main
 from tutorial_utils.articles.profiles import PROFILES
 from tutorial_utils.checkpointing.blocks import checkpointed_blocks
 from tutorial_utils.checkpointing.selective import MATRIX_PRODUCT_OPS, saving_policy
-from tutorial_utils.checkpointing.strategy import NO_CHECKPOINTING, offloaded
+from tutorial_utils.checkpointing.strategy import offloaded
 from tutorial_utils.display.figure_check import figure_problems
 from tutorial_utils.estimate.estimator import Workload
+from tutorial_utils.estimate.models import build_causal_lm, decoder_blocks, trainable_parameters
 from tutorial_utils.estimate.strategies import parse_strategy
 from tutorial_utils.lessons.checkpointing_a_transformer import (
     StrategyExplorer,
     adamw,
-    block_saved_bytes,
-    build_causal_lm,
-    checkpointing_messages,
-    decoder_blocks,
-    default_use_reentrant,
-    korthikanti_layer_bytes,
+    fit_table,
     lm_step,
     longest_sequences,
-    plot_snapshot_timeline,
     sizes_for,
     small_gpt2_config,
     small_llama_config,
     strategy_rows,
     token_batch,
-    trainable_parameters,
     transformer_menu,
 )
-from tutorial_utils.lessons.checkpointing_a_transformer.snapshot_timeline import timeline_bands
 from tutorial_utils.measurement.batch_search import largest_fitting
 from tutorial_utils.measurement.dry_run import dry_run_step
 from tutorial_utils.measurement.meta_attention import (
@@ -175,29 +167,6 @@ def test_checkpointed_blocks_restores_the_forward_it_replaced():
             pass
 
 
-def test_messages_and_default_of_the_installed_transformers():
-    model = build_causal_lm(small_llama_config())
-    messages = checkpointing_messages(model, token_batch(1, 8, "cpu", 1000))
-    assert any("use_cache=True` is incompatible with gradient checkpointing" in m for m in messages)
-    assert any("gradient_checkpointing_enable` is deprecated" in m for m in messages)
-    assert default_use_reentrant(model) is False
-    assert not model.is_activation_checkpointing
-
-
-def test_korthikanti_formula_and_measured_block_bytes():
-    s, b, h, a = 512, 3, 256, 4
-    assert korthikanti_layer_bytes(s, b, h, a) == s * b * h * (34 + 5 * a * s // h)
-    meta = build_causal_lm(small_gpt2_config(layers=3, hidden=h), "meta")
-    saved = block_saved_bytes(meta, 2, 128)
-    blocks = [k for k in saved if k != OUTSIDE]
-    assert len(blocks) == 3 and len({saved[k] for k in blocks}) == 1  # identical blocks
-    step = lm_step(meta, NO_CHECKPOINTING, 2, 128)
-    # everything saved is alive at the end of the forward, with the logits and the loss
-    assert 0 < sum(saved.values()) <= step.activation_peak_bytes
-    longer = block_saved_bytes(meta, 2, 256)
-    assert longer["block 0"] > 2 * saved["block 0"]  # the s x s attention matrix: faster than s
-
-
 def test_saved_bytes_are_charged_to_the_innermost_module():
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
     x = torch.randn(3, 4)
@@ -233,7 +202,8 @@ def test_notebook_and_command_line_give_the_same_longest_sequences(tmp_path, cap
     path.write_text(json.dumps(config))
     workload = Workload(f"hf:{path}", batch=1, size=512, lora_rank=4)
     fits = longest_sequences(workload, ["none", "every-block"], ["1GB"])
-    notebook = {f.strategy: f.sequence for f in fits}
+    notebook = {strategy: sequence for (strategy, _), (sequence, _) in fits.items()}
+    assert "every block" in fit_table(fits) and "1GB" in fit_table(fits)
     args = ["estimate", "--hf-config", str(path), "--seq", "512", "--lora", "4", "--card", "1GB"]
     assert main([*args, "--strategies", "none,every-block", "--jobs", "1", "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)  # --json: every figure, units in the names
@@ -242,6 +212,11 @@ def test_notebook_and_command_line_give_the_same_longest_sequences(tmp_path, cap
     assert 0 < notebook["none"] <= notebook["every block"]
     with pytest.raises(ValueError, match="at least one strategy"):
         longest_sequences(workload, [], ["1GB"])
+
+
+def test_every_profile_searches_strategies_the_command_line_takes():
+    for profile in PROFILES.values():
+        assert all(parse_strategy(name) for name in sizes_for(profile).fit_strategies)
 
 
 def test_bad_input_gets_a_one_line_error():
@@ -253,13 +228,6 @@ def test_bad_input_gets_a_one_line_error():
     with pytest.raises(ValueError, match="run it on CUDA"):
         with offloaded().applied(build_causal_lm(small_gpt2_config(), "meta")):
             pass
-
-
-def test_every_profile_has_sizes_and_an_unknown_one_says_what_to_do():
-    for profile in PROFILES.values():  # each spelling is one the command line takes
-        assert all(parse_strategy(name) for name in sizes_for(profile).fit_strategies)
-    with pytest.raises(ValueError, match="add it to SIZES"):
-        sizes_for(dataclasses.replace(PROFILES["ci"], name="laptop"))
 
 
 def test_explorer_dry_runs_every_strategy_and_follows_its_sliders():
@@ -283,26 +251,6 @@ def test_explorer_dry_runs_every_strategy_and_follows_its_sliders():
     explorer.panel.controls["sequence"].value = 2048  # past GPT-2's context: said, not predicted
     with pytest.raises(ValueError, match="at most 1,024 tokens"):
         explorer.panel.run()
-
-
-def test_snapshot_timeline_stacks_bands_and_drops_them_when_freed():
-    """Three allocations, the first freed: the bands above it fall by its size, as memory_viz
-    draws them; the smallest, beyond ``largest``, is summed at the bottom."""
-    trace = [
-        {"action": "alloc", "addr": 1, "size": 100, "frames": [{"name": "step 1"}]},
-        {"action": "alloc", "addr": 2, "size": 50, "frames": [{"name": "step 1"}]},
-        {"action": "alloc", "addr": 3, "size": 5, "frames": [{"name": "step 1"}]},
-        {"action": "free_completed", "addr": 1, "size": 100, "frames": [{"name": "step 2"}]},
-    ]
-    bands, summed, names = timeline_bands({"device_traces": [trace]}, largest=2)
-    first, second = bands
-    assert first.xs == [0, 1, 2] and first.bottoms == [0, 0, 5]
-    assert second.xs == [1, 2, 3] and second.bottoms == [100, 105, 5]  # falls when the first goes
-    assert summed == [0, 0, 5, 5] and names[-1] == "step 2"
-    figure = plot_snapshot_timeline({"device_traces": [trace]}, "test", largest=2)
-    assert figure_problems(figure) == []
-    with pytest.raises(ValueError, match="no allocations"):
-        timeline_bands({"device_traces": [[]]})
 
 
 def test_selective_checkpointing_under_saved_tensor_hooks_warns_only_when_left_unset():

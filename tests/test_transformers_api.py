@@ -18,12 +18,8 @@ from tutorial_utils.checkpointing.transformers_api import (
     disable_checkpointing,
     enable_checkpointing,
 )
-from tutorial_utils.estimate.models import build_causal_lm, decoder_blocks
-from tutorial_utils.lessons.checkpointing_a_transformer import (
-    add_lora,
-    small_llama_config,
-    token_batch,
-)
+from tutorial_utils.estimate.models import add_lora, build_causal_lm, decoder_blocks
+from tutorial_utils.lessons.checkpointing_a_transformer import small_llama_config, token_batch
 from tutorial_utils.measurement.gradients import gradients_match, named_gradients
 from tutorial_utils.measurement.step import next_token_loss
 

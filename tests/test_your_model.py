@@ -13,7 +13,6 @@ from tutorial_utils.estimate.strategies import DEFAULT_STRATEGIES
 from tutorial_utils.lessons.your_model import (
     GPU_CARD,
     YourModelPanel,
-    model_options,
     plot_estimate,
     sizes_for,
 )
@@ -52,7 +51,7 @@ def test_panel_estimates_and_searches_the_chosen_strategy():
     figure, text = panel.panel.run()
     assert "every block: longest sequence that fits the card" in text
     assert "GPT2LMHeadModel" in text and figure.axes
-    assert "torchvision:resnet18" in model_options()
+    assert "torchvision:resnet18" in panel.panel.controls["model"].options
 
 
 def test_panel_offers_the_commands_gpu_qlora_and_allocator_choices():

@@ -14,20 +14,21 @@ from tutorial_utils.articles.profiles import Profile, get_profile
 from tutorial_utils.display.figure_check import CHECK_FIGURES_ENV, check_figures_when_shown
 from tutorial_utils.measurement.devices import default_device, describe_device, mps_status
 
-__all__ = ["QUIETED_LOGGERS", "ipywidgets_version", "report_environment"]
+__all__ = [
+    "OLD_NAME_WARNING",
+    "OLD_NAME_WARNING_MODULE",
+    "QUIETED_LOGGERS",
+    "ipywidgets_version",
+    "report_environment",
+]
 
-# Loggers whose warnings say nothing about a notebook here: bitsandbytes (imported by peft when it
-# is installed) warns on CPUs with AVX512-BF16 that an optional kernel package is missing, and no
-# notebook runs its CPU 4-bit kernels (07's nf4 estimate emulates them on meta).
+# bitsandbytes (imported by peft) warns on some CPUs that an optional kernel package is missing;
+# no notebook runs its CPU kernels (07's nf4 estimate emulates them on meta).
 QUIETED_LOGGERS = ("bitsandbytes.backends.cpu.ops",)
-# peft's prepare_model_for_kbit_training (0.21, the QLoRA recipe) enables checkpointing through
-# transformers' old method name, and transformers 5.23 and later answer every call of that name
-# with this FutureWarning: a learner's QLoRA code did nothing wrong, and cannot change peft. Only
-# this message, its category and the module that issues it are quieted. A warning names the
-# module that calls warn (transformers'), not its caller, so a direct call of the old name is
-# quieted too: the tutorial's code calls the new name wherever it exists
-# (checkpointing.transformers_api), and notebook 06's cell that shows this message records
-# warnings with simplefilter("always"), which overrides the filter.
+# peft 0.21's QLoRA preparation calls transformers' old method name, which 5.23 and later answer
+# with this FutureWarning: a learner's code did nothing wrong. Only this message from this module
+# is quieted; the tutorial calls the new name wherever it exists, and 06's cell that shows the
+# message records warnings with simplefilter("always"), which overrides the filter.
 OLD_NAME_WARNING = r"`gradient_checkpointing_enable` is deprecated and will be removed"
 OLD_NAME_WARNING_MODULE = r"transformers\.modeling_utils"
 

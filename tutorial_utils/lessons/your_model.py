@@ -8,6 +8,7 @@ step on CUDA beside its dry run.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import ipywidgets as widgets
@@ -15,6 +16,7 @@ import matplotlib.pyplot as plt
 import torch.nn as nn
 from matplotlib.figure import Figure
 
+from tutorial_utils.articles.profiles import Profile
 from tutorial_utils.display.plotting import figure_subtitle
 from tutorial_utils.display.widgets import RunPanel, int_slider, wide_layout
 from tutorial_utils.estimate.card import GPUS, parse_card
@@ -33,12 +35,12 @@ from tutorial_utils.estimate.strategies import DEFAULT_STRATEGIES
 from tutorial_utils.measurement.tracker import CATEGORIES
 from tutorial_utils.units import GiB
 
-__all__ = ["SIZES", "Sizes", "YourModelPanel", "model_options", "plot_estimate", "sizes_for"]
+__all__ = ["GPU_CARD", "SIZES", "Sizes", "YourModelPanel", "plot_estimate", "sizes_for"]
 
-CARDS = ("8GB", "12GB", "16GB", "24GB", "40GB", "48GB", "80GB")
+_CARDS = ("8GB", "12GB", "16GB", "24GB", "40GB", "48GB", "80GB")
 GPU_CARD = "the GPU's own"  # the card's memory as --gpu names it (the command without --card)
-CLASSIFIERS = ("resnet18", "resnet50", "convnext_tiny", "vit_b_16")
-CATEGORY_COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52")
+_CLASSIFIERS = ("resnet18", "resnet50", "convnext_tiny", "vit_b_16")
+_CATEGORY_COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52")
 
 
 @dataclass(frozen=True)
@@ -64,18 +66,15 @@ SIZES = {
 }
 
 
-def sizes_for(profile) -> Sizes:
+def sizes_for(profile: Profile | str) -> Sizes:
     """This notebook's sizes for a profile (a ``Profile`` or its name)."""
-    name = getattr(profile, "name", profile)
+    name = profile if isinstance(profile, str) else profile.name
     try:
         return SIZES[name]
     except KeyError:
         raise ValueError(
             f"no notebook-07 sizes for profile {name!r}: add it to SIZES (known: {', '.join(SIZES)})"
         ) from None
-
-
-# -- the chart --------------------------------------------------------------------------------------
 
 
 def plot_estimate(result: Estimate, highlight: str | None = None) -> Figure:
@@ -88,15 +87,13 @@ def plot_estimate(result: Estimate, highlight: str | None = None) -> Figure:
     names = [name for name, _ in measured]
     reports = [report for _, report in measured]
     left = [0.0] * len(measured)
-    for category, color in zip(CATEGORIES, CATEGORY_COLORS, strict=True):
+    for category, color in zip(CATEGORIES, _CATEGORY_COLORS, strict=True):
         widths = [report.breakdown[category] / GiB for report in reports]
         ax.barh(names, widths, left=left, color=color, label=CATEGORY_LABELS[category])
         left = [a + b for a, b in zip(left, widths, strict=True)]
     card = result.card
     ax.axvline(card.total_bytes / GiB, color="black", linewidth=1.5, label=f"card {card.name}")
-    ax.axvline(
-        card.budget_bytes / GiB, color="black", linestyle="--", linewidth=1, label="card's budget"
-    )
+    ax.axvline(card.budget_bytes / GiB, color="black", linestyle="--", lw=1, label="card's budget")
     for index, name in enumerate(names):
         if name == highlight:
             ax.get_yticklabels()[index].set_fontweight("bold")
@@ -105,57 +102,38 @@ def plot_estimate(result: Estimate, highlight: str | None = None) -> Figure:
     ax.set_xlabel("peak of one training step (GiB), by what is alive at the peak")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.grid(axis="x", alpha=0.3)
-    fig.suptitle(
-        f"{result.model_description}\n{reports[0].source} · {figure_subtitle('meta')}",
-        fontsize=9,
-    )
+    subtitle = f"{reports[0].source} · {figure_subtitle('meta')}"
+    fig.suptitle(f"{result.model_description}\n{subtitle}", fontsize=9)
     fig.tight_layout()
     return fig
-
-
-# -- the panel -----------------------------------------------------------------------------------
-
-
-def model_options() -> list[str]:
-    return [f"hf:{name}" for name in PRESETS] + [f"torchvision:{name}" for name in CLASSIFIERS]
 
 
 class YourModelPanel:
     """Model, batch, size, precision (QLoRA's nf4 too), LoRA rank, strategy, card, GPU model and
     allocator mode: the command's choices. Run dry-runs every strategy (``estimate``), draws them
-    against the card and searches the chosen strategy's largest fit.
+    against the card and searches the chosen strategy's largest fit. Models are built once per
+    (model, precision, LoRA rank, image size) and reused."""
 
-    Models are built once per (model, precision, LoRA rank) and reused."""
-
-    def __init__(self, sizes: Sizes, *, model: str | None = None):
+    def __init__(self, sizes: Sizes, *, model: str | None = None) -> None:
         self.sizes = sizes
         self.models: dict[tuple[str, str, int, int], nn.Module] = {}
         names = [s.name for s in DEFAULT_STRATEGIES]
+        models = [f"hf:{name}" for name in PRESETS] + [f"torchvision:{c}" for c in _CLASSIFIERS]
+
+        def dropdown(description: str, options: Sequence[str], value: str) -> widgets.Dropdown:
+            return widgets.Dropdown(
+                options=options, value=value, description=description, layout=wide_layout()
+            )
+
         controls = {
-            "model": widgets.Dropdown(
-                options=model_options(),
-                value=model or f"hf:{sizes.preset}",
-                description="model",
-                layout=wide_layout(),
-            ),
+            "model": dropdown("model", models, model or f"hf:{sizes.preset}"),
             "batch": int_slider("batch", 1, 1, 256),
             "size": int_slider("sequence (tokens) or image side (px)", sizes.sequence, 32, 32768),
-            "precision": widgets.Dropdown(
-                options=(*PRECISIONS, QLORA),
-                value="bf16",
-                description="precision",
-                layout=wide_layout(),
-            ),
+            "precision": dropdown("precision", (*PRECISIONS, QLORA), "bf16"),
             "lora_rank": int_slider("LoRA rank (0: full fine-tuning)", sizes.lora_rank, 0, 64),
-            "strategy": widgets.Dropdown(
-                options=names, value=names[1], description="strategy", layout=wide_layout()
-            ),
-            "card": widgets.Dropdown(
-                options=(*CARDS, GPU_CARD), value="24GB", description="card", layout=wide_layout()
-            ),
-            "gpu": widgets.Dropdown(
-                options=tuple(GPUS), value="any", description="GPU", layout=wide_layout()
-            ),
+            "strategy": dropdown("strategy", names, names[1]),
+            "card": dropdown("card", (*_CARDS, GPU_CARD), "24GB"),
+            "gpu": dropdown("GPU", tuple(GPUS), "any"),
             "expandable_segments": widgets.Checkbox(
                 value=False, description="expandable segments (the allocator's mode)"
             ),
@@ -164,57 +142,26 @@ class YourModelPanel:
         self.panel = RunPanel(controls, self.compute, title="Will it fit?")
         self.widget = self.panel.widget
 
-    def workload(
-        self, model: str, batch: int, size: int, precision: str, lora_rank: int
-    ) -> Workload:
+    def compute(self, model: str, batch: int, size: int, precision: str, lora_rank: int,
+                strategy: str, card: str, gpu: str, expandable_segments: bool,
+                reserve_percent: int) -> tuple[Figure, str]:  # fmt: skip
         classifier = model.startswith("torchvision:")
-        return Workload(
-            model,
-            batch=batch,
-            size=size,
-            precision=precision,
-            lora_rank=0 if classifier else lora_rank,
-        )
-
-    def compute(
-        self,
-        model: str,
-        batch: int,
-        size: int,
-        precision: str,
-        lora_rank: int,
-        strategy: str,
-        card: str,
-        gpu: str,
-        expandable_segments: bool,
-        reserve_percent: int,
-    ) -> tuple[Figure, str]:
-        workload = self.workload(model, batch, size, precision, lora_rank)
-        key = (model, precision, workload.lora_rank, size if model.startswith("torch") else 0)
+        workload = Workload(model, batch=batch, size=size, precision=precision,
+                            lora_rank=0 if classifier else lora_rank)  # fmt: skip
+        key = (model, precision, workload.lora_rank, size if classifier else 0)
         if key not in self.models:
             self.models[key] = build_model(workload)
+        chosen_card = parse_card(None if card == GPU_CARD else card, f"{reserve_percent}%",
+                                 gpu=gpu, expandable_segments=expandable_segments)  # fmt: skip
         result = estimate(
-            workload,
-            DEFAULT_STRATEGIES,
-            parse_card(
-                None if card == GPU_CARD else card,
-                f"{reserve_percent}%",
-                gpu=gpu,
-                expandable_segments=expandable_segments,
-            ),
-            model=self.models[key],
-            search=False,
+            workload, DEFAULT_STRATEGIES, chosen_card, model=self.models[key], search=False
         )
         chosen = next(row for row in result.rows if row.strategy.name == strategy)
         text = estimate_table(result)
         if chosen.report is not None:
-            best, trials = largest_fit(
-                self.models[key],
-                workload,
-                chosen.strategy,
-                result.card.budget_bytes,
-                max_size=self.sizes.search_max_sequence if workload.is_language_model else 1024,
-            )
-            what = "longest sequence" if workload.is_language_model else "largest batch"
+            limit = 1024 if classifier else self.sizes.search_max_sequence
+            best, trials = largest_fit(self.models[key], workload, chosen.strategy,
+                                       result.card.budget_bytes, max_size=limit)  # fmt: skip
+            what = "largest batch" if classifier else "longest sequence"
             text += f"\n{strategy}: {what} that fits the card: {best:,} ({trials} dry runs)"
         return plot_estimate(result, highlight=strategy), text
