@@ -72,6 +72,11 @@ def _size(nbytes: int, unit: int) -> str:
     return f"{nbytes / unit:,.2f}" if unit == GiB else f"{nbytes / unit:,.1f}"
 
 
+def _rate(per_second: float) -> str:
+    """Tokens or images a second, in millions from a million (the table stays in 120 columns)."""
+    return f"{per_second / 1e6:,.2f}M" if per_second >= 1e6 else f"{per_second:,.0f}"
+
+
 def _largest(row: StrategyEstimate, workload: Workload) -> str:
     if row.largest is None:
         return "-"
@@ -94,13 +99,14 @@ def _cells(row: StrategyEstimate, result: Estimate, unit: int) -> list[str]:
             _size(b, unit)
             for b in (allocator.max_allocated_bytes, allocator.max_reserved_bytes, smi)
         ]
-        cells.append(f"{(allocator.margin_bytes or 0) / unit:+,.2f}")
+        margin = (allocator.margin_bytes or 0) / unit
+        cells.append(f"{margin:+,.2f}" if unit == GiB else f"{margin:+,.0f}")
     seconds = row.gpu.predicted_seconds if row.gpu is not None else None
     per_step = w.batch * (w.size if w.is_language_model else 1)
     cells += [
         "-" if row.flops_ratio is None else f"{row.flops_ratio:.2f}",
         _largest(row, w),
-        "-" if not seconds else f"{per_step / seconds:,.0f}",
+        "-" if not seconds else _rate(per_step / seconds),
     ]
     return cells
 
