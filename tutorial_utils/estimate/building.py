@@ -1,5 +1,5 @@
 """The parts of a workload's step: its model (``build_model``, from a preset, a config.json or a
-Hub id: ``load_config``), its optimizer and its batch. One place for them, so that one GPU's dry
+Hub id: ``load_config``), its optimizer, its batch and the Trainer's loss. One place for them, so that one GPU's dry
 run (``estimator``) and one rank's of N (``sharded``) build the same step."""
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from tutorial_utils.estimate.models import (
     trainable_parameters,
 )
 from tutorial_utils.estimate.workload import QLORA, Workload
+from tutorial_utils.measurement.step import next_token_loss
 
-__all__ = ["batch_for", "build_model", "load_config", "make_optimizer"]
+__all__ = ["batch_for", "build_model", "load_config", "make_optimizer", "trainer_loss"]
 
 
 def load_config(name: str):
@@ -109,3 +110,15 @@ def batch_for(
         return images, torch.empty(b, dtype=torch.long, device="meta")
     images = torch.randn(b, 3, s, s, generator=generator).to(device, dtype)
     return images, torch.randint(0, workload.num_classes, (b,), generator=generator).to(device)
+
+
+def trainer_loss(outputs: Any, token_ids: torch.Tensor) -> torch.Tensor:
+    """``next_token_loss``, as the Trainer's ``compute_loss`` leaves the outputs: the logits
+    are taken out of them, so that only what autograd saved outlives the loss."""
+    logits = outputs.logits
+    if isinstance(outputs, dict):  # a ModelOutput: drop its entry and its attribute
+        dict.__delitem__(outputs, "logits")
+        object.__setattr__(outputs, "logits", None)
+    loss = next_token_loss(logits, token_ids)
+    del logits
+    return loss

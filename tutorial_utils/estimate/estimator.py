@@ -30,6 +30,7 @@ from tutorial_utils.estimate.building import (  # re-exported: the estimator's p
     build_model,
     load_config,
     make_optimizer,
+    trainer_loss,
 )
 from tutorial_utils.estimate.card import Card
 from tutorial_utils.estimate.gpu_step import (
@@ -149,18 +150,6 @@ def _recording_regions(
         return loss
 
     return loss_and_breakdown, remove
-
-
-def trainer_loss(outputs: Any, token_ids: torch.Tensor) -> torch.Tensor:
-    """``next_token_loss``, as the Trainer's ``compute_loss`` leaves the outputs: the logits
-    are taken out of them, so that only what autograd saved outlives the loss."""
-    logits = outputs.logits
-    if isinstance(outputs, dict):  # a ModelOutput: drop its entry and its attribute
-        dict.__delitem__(outputs, "logits")
-        object.__setattr__(outputs, "logits", None)
-    loss = next_token_loss(logits, token_ids)
-    del logits
-    return loss
 
 
 def predict_allocator(log: AllocationLog, card: Card) -> AllocatorPrediction:

@@ -37,7 +37,7 @@ import torch.nn as nn
 
 from tutorial_utils.checkpointing.blocks import repeated_blocks
 from tutorial_utils.checkpointing.strategy import OFFLOAD_NOTE, Strategy
-from tutorial_utils.estimate.building import batch_for, build_model, make_optimizer
+from tutorial_utils.estimate.building import batch_for, build_model, make_optimizer, trainer_loss
 from tutorial_utils.estimate.card import Card
 from tutorial_utils.estimate.gpu_step import GpuRun, StepRoofline, as_gpu_runs, quoted_machine
 from tutorial_utils.estimate.workload import DTYPES, QLORA, Workload
@@ -374,8 +374,6 @@ def estimate_rank(
     """One rank's step of ``workload`` (its batch per GPU) under ``shard`` and ``strategy``, in
     the workload's precision (``Sharding``), with its training loop's loss. ``options`` go to
     ``rank_step`` (``limit_bytes``, ``tracked_context``, ``reduce_dtype``: FSDP2's under amp-*)."""
-    from tutorial_utils.estimate.estimator import trainer_loss
-
     sharding = Sharding(world_size, shard, options.pop("reduce_dtype", "fp32"))
     sharding.check(workload)
     if strategy.gpu_only:
