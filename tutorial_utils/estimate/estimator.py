@@ -254,21 +254,22 @@ def estimate(
                     strategy, report, predicted, fits=predicted.fits, gpu=gpu, kept=kept
                 )
             )
-    measured = [row for row in result.rows if row.report is not None]
-    base = next((row for row in measured if row.strategy.kind == "none"), None)
-    for row in measured:
-        if (
-            base is not None
-            and row.report
-            and base.report
-            and row.report.flops
-            and base.report.flops
-        ):
-            row.flops_ratio = row.report.flops.total / base.report.flops.total
+    _flops_ratios(result.rows)
     result.seconds = time.perf_counter() - started
     if search:
         search_largest(result, progress=progress, max_size=max_size)
     return result
+
+
+def _flops_ratios(rows: list[StrategyEstimate]) -> None:
+    """Each measured row's FLOPs over no checkpointing's (when that row is there)."""
+    measured = [row for row in rows if row.report is not None and row.report.flops]
+    base = next((row for row in measured if row.strategy.kind == "none"), None)
+    if base is None or base.report is None or base.report.flops is None:
+        return
+    for row in measured:
+        assert row.report is not None and row.report.flops is not None
+        row.flops_ratio = row.report.flops.total / base.report.flops.total
 
 
 _FORKED: tuple[nn.Module, Workload, Card, Sharding | None] | None = None  # forked workers' part

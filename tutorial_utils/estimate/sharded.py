@@ -216,45 +216,61 @@ def rank_step(
     as a tracker of ops alone (``tools.LiveBytes``) does. ``mp_policy``: FSDP2's
     ``MixedPrecisionPolicy``; ``autocast``: the forward and the loss under the emulated
     autocast (DDP's mixed precision); ``limit_bytes``: stop with ``MemoryLimitExceeded``."""
-    if shard not in SHARDS:
-        raise ValueError(f"--shard must be one of {', '.join(SHARDS)}, got {shard!r}")
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed.device_mesh import init_device_mesh
 
     precision = _Precision(mp_policy, autocast)
+    track = {
+        "follow_resizes": follow_resizes,
+        "record_allocations": record_allocations,
+        "limit_bytes": limit_bytes,
+    }
     with fake_ranks(world_size), _casts(autocast), _attention_on_fake_cpu():
         mesh = init_device_mesh("cpu", (world_size,))  # outside fake mode: it reads rank ids
-        model = build()
-        if any(t.device.type != "meta" for t in [*model.parameters(), *model.buffers()]):
-            raise ValueError("build() must make the model on the meta device (no memory)")
+        model = _on_meta(build(), shard)
         with FakeTensorMode(allow_non_fake_inputs=True):
             _to_fake_cpu(model)
             with checkpointing(model) if checkpointing else contextlib.nullcontext():
                 bucket_bytes = _wrapped(
                     model, blocks, shard, mesh, reshard_after_forward, precision
                 )
-                buckets = [torch.empty(n, dtype=torch.uint8) for n in bucket_bytes]
                 optimizer = optimizer_factory(model)
-                inputs, targets = batch(model)
-                step = functools.partial(
-                    _step, model, inputs, targets, loss_fn, optimizer, autocast
+                inputs = batch(model)
+                step = functools.partial(_step, model, inputs, loss_fn, optimizer, autocast)
+                tracker = _two_steps(
+                    step, (model, optimizer, inputs), bucket_bytes, tracked_context, track
                 )
-                step()  # the optimizer's state
-                optimizer.zero_grad(set_to_none=True)
-                tracker = ShardedStepTracker(
-                    model,
-                    optimizer,
-                    inputs=(inputs, targets, *buckets),
-                    follow_resizes=follow_resizes,
-                    record_allocations=record_allocations,
-                    limit_bytes=limit_bytes,
-                )
-                tracker.mark(buckets, "buckets")
-                with tracked_context() if tracked_context else contextlib.nullcontext(), tracker:
-                    step()
-                optimizer.zero_grad(set_to_none=True)
     report = _rank_report(tracker, shard, world_size, len(bucket_bytes))
     return dataclasses.replace(report, allocations=tracker.allocations)
+
+
+def _two_steps(
+    step: Callable[[], None],
+    parts: tuple[nn.Module, torch.optim.Optimizer, Batch],
+    bucket_bytes: list[int],
+    tracked_context: Callable[[], contextlib.AbstractContextManager] | None,
+    track: dict[str, Any],
+) -> ShardedStepTracker:
+    """One untracked step (the optimizer's state), then one tracked, DDP's buckets held."""
+    model, optimizer, inputs = parts
+    buckets = [torch.empty(n, dtype=torch.uint8) for n in bucket_bytes]
+    step()
+    optimizer.zero_grad(set_to_none=True)
+    tracker = ShardedStepTracker(model, optimizer, inputs=(*inputs, *buckets), **track)
+    tracker.mark(buckets, "buckets")
+    with tracked_context() if tracked_context else contextlib.nullcontext(), tracker:
+        step()
+    optimizer.zero_grad(set_to_none=True)
+    return tracker
+
+
+def _on_meta(model: nn.Module, shard: str) -> nn.Module:
+    """``model``, checked to be on the meta device (no memory), for a known ``shard``."""
+    if shard not in SHARDS:
+        raise ValueError(f"--shard must be one of {', '.join(SHARDS)}, got {shard!r}")
+    if any(t.device.type != "meta" for t in [*model.parameters(), *model.buffers()]):
+        raise ValueError("build() must make the model on the meta device (no memory)")
+    return model
 
 
 def _casts(autocast: EmulatedAutocast | None) -> contextlib.AbstractContextManager:
@@ -353,9 +369,10 @@ def _policy_class() -> Callable[..., Any]:
     return MixedPrecisionPolicy
 
 
-def _step(model, inputs, targets, loss_fn, optimizer, autocast=None) -> None:
+def _step(model, batch: Batch, loss_fn, optimizer, autocast=None) -> None:
     """Forward and loss (under ``autocast`` when given, as an AMP loop runs them), backward,
     optimizer step."""
+    inputs, targets = batch
     with step_phase("forward"), autocast.enabled() if autocast else contextlib.nullcontext():
         loss = loss_fn(model(inputs), targets)
     with step_phase("backward"):
