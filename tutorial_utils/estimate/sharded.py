@@ -18,6 +18,24 @@ group of ``world_size`` ranks (``measurement.fake_ranks``), so the sharding is P
   (the default) they are separate from the gradients. ``tests/test_sharded.py`` holds the result
   equal to real DDP over the fake group on real tensors, from its third step on.
 
+Mixed precision (``--precision amp-*``), as the libraries run it:
+
+* **FSDP2**: ``fully_shard(..., mp_policy=MixedPrecisionPolicy(param_dtype, reduce_dtype))``
+  (torchtitan's ``parallelize_llama``; its defaults bf16 and fp32). The sharded parameters and
+  Adam's state stay fp32; each unit's parameters are all-gathered in ``param_dtype`` and computed
+  with in it (no autocast); gradients are reduce-scattered in ``reduce_dtype`` into an fp32 shard.
+  FSDP2's own code does all of it on the fake tensors.
+* **DDP**: the forward and the loss under ``torch.autocast`` (emulated: ``EmulatedAutocast``, the
+  CUDA cast policy by default): fp32 parameters, gradients and buckets, plus the low-precision
+  copies autocast caches during the forward (and, checkpointed, again during recomputation).
+
+``tests/test_sharded.py`` holds both to the byte against 2 real gloo ranks on the CPU (under
+``torch.autocast("cpu")`` for DDP, the emulation's CPU policy beside it).
+
+``rank_dry_run`` is the single-GPU pipeline's dry run for a rank (``estimator.estimate(...,
+sharding=Sharding(...))``): the same report, replay, margin, largest-fit search, predicted time
+(the rank's own ops; collectives are not timed) and attention kernel of ``--gpu``'s GPU.
+
 The figures are tensor bytes of rank 0 (every rank alike where the sizes divide evenly), a
 prediction: the communication library's own buffers (NCCL's, gloo's) are not tensors and are not
 in it.
