@@ -58,7 +58,7 @@ def describe_workload(result: Estimate) -> str:
         optimizer += "; " + ("Trainer's loop" if w.loop == "trainer" else "plain loop")
     precision = describe_precision(w.precision, w.qlora_recipe)
     if result.sharding is not None and result.sharding.mixed_precision(w) is not None:
-        precision = "FSDP2's MixedPrecisionPolicy (below)"
+        precision = "FSDP2's MixedPrecisionPolicy (next line)"
     return f"step: batch {w.batch} x {size}; {precision}; {optimizer}; {tuning}"
 
 
