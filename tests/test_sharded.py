@@ -29,11 +29,13 @@ from tutorial_utils.estimate.estimator import Workload, batch_for, build_model, 
 from tutorial_utils.estimate.models import repeated_blocks
 from tutorial_utils.estimate.sharded import (
     RankReport,
+    Sharding,
     ddp_bucket_sizes,
     estimate_rank,
     rank_step,
 )
 from tutorial_utils.estimate.strategies import parse_strategy
+from tutorial_utils.measurement.autocast import CPU_POLICY, EmulatedAutocast
 from tutorial_utils.measurement.fake_ranks import fake_ranks
 from tutorial_utils.measurement.step import next_token_loss
 
@@ -48,8 +50,10 @@ ADAM_STEP_BYTES = 4  # Adam's step counter: one float32 per parameter tensor
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def build(checkpointed: bool):
-    """Notebook 05's model on meta, its blocks wrapped as the rank file wraps them."""
+def build(checkpointed: bool, context_fn=None):
+    """Notebook 05's model on meta, its blocks wrapped as the rank file wraps them
+    (``context_fn``: the checkpoints' recompute context, an emulated autocast's)."""
+    extra = {} if context_fn is None else {"context_fn": context_fn}
 
     def make():
         with torch.device("meta"):
@@ -58,7 +62,7 @@ def build(checkpointed: bool):
             apply_activation_checkpointing(
                 model,
                 checkpoint_wrapper_fn=partial(
-                    checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT
+                    checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT, **extra
                 ),
                 check_fn=lambda module: isinstance(module, rank_file.Block),
             )
@@ -69,8 +73,9 @@ def build(checkpointed: bool):
 
 def predict(shard: str, checkpointed: bool, world_size: int = 2, **options) -> RankReport:
     rows = BATCH // world_size
+    autocast = options.get("autocast")
     return rank_step(
-        build(checkpointed),
+        build(checkpointed, autocast.checkpoint_context_fn() if autocast else None),
         lambda model: list(model.blocks),
         lambda model: (torch.randn(rows, WIDTH), torch.randint(0, 10, (rows,))),
         F.cross_entropy,
@@ -161,6 +166,55 @@ def test_ddp_prediction_equals_the_real_gloo_ranks_to_the_byte(real_peaks, check
     predicted = predict("ddp", checkpointed).forward_backward_above_start_bytes
     for real in real_peaks:
         assert real[name] == {"peak_with_resizes_bytes": predicted, "peak_bytes": predicted}
+
+
+def mixed_precision_policy(reduce_dtype=torch.float32):
+    """``tests/sharded_ranks.py``'s FSDP2 policy (torchtitan's): bf16 compute, fp32 reduce."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce_dtype)
+
+
+def test_fsdp2_mixed_precision_equals_the_real_gloo_ranks_to_the_byte(real_peaks):
+    """FSDP2 with ``MixedPrecisionPolicy(bf16, fp32)`` on 2 real gloo ranks: its forward+backward
+    peak, both measures, within the communication buffers as above (to the byte when gloo frees
+    them promptly)."""
+    truth = predict("fsdp2", False, mp_policy=mixed_precision_policy())
+    as_livebytes = predict("fsdp2", False, mp_policy=mixed_precision_policy(), follow_resizes=False)
+    buffers = truth.breakdown["all_gather"] + truth.breakdown["reduce_scatter"]
+    for real in real_peaks:
+        late = real["FSDP bf16 policy"]["peak_with_resizes_bytes"]
+        late -= truth.forward_backward_above_start_bytes
+        late_ops = real["FSDP bf16 policy"]["peak_bytes"]
+        late_ops -= as_livebytes.forward_backward_above_start_bytes
+        assert 0 <= late <= buffers and late_ops <= buffers, (late, late_ops)
+
+
+def test_fsdp2_policy_keeps_fp32_shards_and_gathers_in_param_dtype():
+    """The policy leaves what a rank keeps in fp32 (its parameter shard, Adam's state) and
+    lowers what it gathers and computes with; a bf16 reduce holds smaller reduce-scatter buffers."""
+    plain = predict("fsdp2", True)
+    mixed = predict("fsdp2", True, mp_policy=mixed_precision_policy())
+    low_reduce = predict("fsdp2", True, mp_policy=mixed_precision_policy(torch.bfloat16))
+    for kept in ("parameters", "optimizer_state"):
+        assert mixed.breakdown[kept] == plain.breakdown[kept]
+    assert mixed.breakdown["all_gather"] < plain.breakdown["all_gather"]
+    assert mixed.forward_backward_peak_bytes < plain.forward_backward_peak_bytes
+    assert low_reduce.breakdown["reduce_scatter"] < mixed.breakdown["reduce_scatter"]
+
+
+def test_ddp_under_autocast_equals_the_real_gloo_ranks_to_the_byte(real_peaks):
+    """DDP with its forward under ``torch.autocast("cpu", bfloat16)``, blocks checkpointed (the
+    recomputation under autocast too), against the CPU policy's emulation on fake tensors: fp32
+    parameters, gradients and buckets, the bf16 copies autocast caches."""
+    autocast = EmulatedAutocast(torch.bfloat16, CPU_POLICY)
+    report = predict("ddp", True, autocast=autocast)
+    whole = sum(4 * math.prod(shape) for shape in parameter_shapes())
+    assert report.breakdown["parameters"] == report.breakdown["buckets"] == whole
+    predicted = report.forward_backward_above_start_bytes
+    for real in real_peaks:
+        peaks = real["DDP autocast + checkpointing"]
+        assert peaks == {"peak_with_resizes_bytes": predicted, "peak_bytes": predicted}
 
 
 @pytest.mark.parametrize("checkpointed", [False, True])
@@ -276,24 +330,57 @@ def tiny_llama(folder: Path) -> str:
     return str(path)
 
 
-def test_the_command_prints_each_ranks_peak_by_category(tmp_path, capsys):
+def test_the_command_prints_a_ranks_row_as_one_gpus(tmp_path, capsys):
+    """The single-GPU table, one row per strategy for rank 0: the GPU's attention kernel, the
+    replay, the margin, the largest-fit search and the predicted rate; then the last table."""
     arguments = ["estimate", "--hf-config", tiny_llama(tmp_path), "--seq", "64", "--precision", "fp32",
-                 "--strategies", "none,every-block,offload"]  # fmt: skip
+                 "--strategies", "none,offload", "--gpu", "a100-80gb", "--jobs", "1"]  # fmt: skip
     assert main([*arguments, "--gpus", "2", "--shard", "fsdp2"]) == 0
-    out = capsys.readouterr().out
-    assert out.startswith("2 GPUs, FSDP2 fully_shard on every block")
-    assert "predicted (dry run on fake tensors over PyTorch's fake process" in out
+    out = capsys.readouterr().out  # two tables: before the search and after it (the rows kept)
+    assert "2 GPUs, FSDP2 (torch" in out and "each row is rank 0 of 2" in out
     header = next(line for line in out.splitlines() if line.startswith("strategy"))
-    assert header.split()[1:] == ["params", "grads", "optim", "activ", "gather", "scatter",
-                                  "buckets", "peak/rank", "alloc", "reserved", "smi", "margin"]  # fmt: skip
+    assert header.split()[1:] == ["attention", "params", "grads", "optim", "activ", "comm", "alloc",
+                                  "reserved", "smi", "margin", "FLOPs", "longest", "tok/s"]  # fmt: skip
     assert max(len(line) for line in out.splitlines()) <= 120
     rows = {line[:24].strip(): line[24:].split() for line in out.splitlines()}
     assert rows["every block, offloaded"][0] == "GPU-only:"
-    none = [float(cell) for cell in rows["none"]]
-    assert len(none) == 12  # seven categories, the peak, the replay's four figures
-    peak, allocated, reserved, smi, margin = none[7:]
-    assert peak <= allocated <= reserved < smi and margin > 0  # the replay: blocks, segments
+    kernel, *figures, flops, longest, rate = rows["none"]
+    assert not kernel.startswith("cpu")  # the A100's kernel, not this CPU's
+    cells = [float(figure.replace(",", "")) for figure in figures]
+    params, grads, optim, activ, comm, allocated, reserved, smi, margin = cells
+    assert params + grads + optim + activ + comm <= allocated <= reserved < smi and margin > 0
+    assert float(flops) == 1.0 and int(longest.replace(",", "")) > 0 and rate != "-"
     assert not dist.is_initialized()
+
+
+@pytest.mark.parametrize(
+    ("shard", "mixed"), [("fsdp2", "fsdp2_param_dtype"), ("ddp", "ddp_autocast")]
+)
+def test_json_carries_the_ranks_figures_and_how_it_casts(tmp_path, capsys, shard, mixed):
+    arguments = ["estimate", "--hf-config", tiny_llama(tmp_path), "--seq", "64", "--precision",
+                 "amp-bf16", "--strategies", "every-block", "--no-search", "--json", "--jobs", "1"]  # fmt: skip
+    assert main([*arguments, "--gpus", "2", "--shard", shard]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["sharding"]["gpus"] == 2 and record["sharding"][mixed] in ("bfloat16", True)
+    row = record["strategies"][0]
+    comm = row["all_gather_bytes"] + row["reduce_scatter_bytes"] + row["buckets_bytes"]
+    assert comm > 0 and row["predicted_max_reserved_bytes"] >= row["predicted_max_allocated_bytes"]
+    assert row["margin_bytes"] > 0 and row["attention_kernel"] != "-"
+
+
+def test_the_pipeline_equals_the_rank_step_it_runs(tmp_path):
+    """One pipeline: ``estimate(..., sharding=...)``'s row is ``estimate_rank``'s step."""
+    from tutorial_utils.estimate.card import parse_card
+    from tutorial_utils.estimate.estimator import estimate
+
+    workload = Workload(f"hf:{tiny_llama(tmp_path)}", batch=2, size=64, precision="amp-bf16")
+    strategy = parse_strategy("every-block")
+    sharding = Sharding(2, "fsdp2")
+    result = estimate(workload, [strategy], parse_card("24GB"), search=False, sharding=sharding)
+    report = result.rows[0].report
+    rank = estimate_rank(workload, strategy, 2, "fsdp2")
+    assert report is not None and report.peak_bytes == rank.peak_bytes
+    assert report.breakdown == rank.breakdown and result.rows[0].allocator is not None
 
 
 @pytest.mark.parametrize(
@@ -301,7 +388,9 @@ def test_the_command_prints_each_ranks_peak_by_category(tmp_path, capsys):
     [
         (["--gpus", "2"], "--gpus and --shard go together"),
         (["--shard", "ddp"], "--gpus and --shard go together"),
-        (["--gpus", "2", "--shard", "fsdp2", "--precision", "amp-bf16"], "MixedPrecisionPolicy"),
+        (["--gpus", "2", "--shard", "ddp", "--reduce-dtype", "bf16"], "--reduce-dtype is for"),
+        (["--reduce-dtype", "bf16"], "--reduce-dtype is for"),
+        (["--gpus", "2", "--shard", "ddp", "--snapshot", "x.pickle"], "for one GPU so far"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(arguments, message, capsys):

@@ -199,11 +199,27 @@ def _add_run_arguments(estimate: argparse.ArgumentParser) -> None:
     estimate.add_argument(
         "--gpus",
         type=positive_int,
-        help="with --shard: what each of N GPUs holds, --batch per GPU (one rank predicted on "
-        "fake tensors over PyTorch's fake process group)",
+        help="with --shard: what each of N GPUs holds, --batch per GPU (rank 0 predicted on "
+        "fake tensors over PyTorch's fake process group, then the same replay, margin, search "
+        "and time as one GPU)",
     )
     estimate.add_argument(
-        "--shard", choices=("fsdp2", "ddp"), help="with --gpus: FSDP2's fully_shard or DDP"
+        "--shard",
+        choices=("fsdp2", "ddp"),
+        help="with --gpus: fsdp2 = torch's fully_shard on every block, then the root; with "
+        "--precision amp-*, fully_shard(mp_policy=MixedPrecisionPolicy(param_dtype=the amp "
+        "dtype, reduce_dtype=--reduce-dtype)): fp32 sharded weights, low-precision all-gathered "
+        "copies, no autocast (torchtitan's parallelize_llama). ddp = torch's "
+        "DistributedDataParallel; with amp-*, the forward under torch.autocast: fp32 weights, "
+        "gradients and buckets, the cast copies autocast caches",
+    )
+    estimate.add_argument(
+        "--reduce-dtype",
+        choices=("fp32", "bf16", "fp16"),
+        default="fp32",
+        help="with --shard fsdp2 and --precision amp-*: MixedPrecisionPolicy's reduce_dtype, the "
+        "gradients' reduce-scatter dtype (default fp32, torchtitan's "
+        "training.mixed_precision_reduce; accelerate's FSDP plugin sets it to the amp dtype)",
     )
     estimate.add_argument(
         "--loop",
@@ -310,17 +326,7 @@ def run_estimate(args: argparse.Namespace) -> int:
         args.card, args.reserve, args.gpu, args.expandable_segments
     )
     workload, strategies = estimate_workload(args)
-    if args.gpus or args.shard:
-        if workload.precision == "nf4" and args.shard == "fsdp2":
-            raise ValueError(
-                "--precision nf4 with --shard fsdp2 is not emulated (FSDP-QLoRA shards the 4-bit "
-                "weights in bnb_4bit_quant_storage's dtype); --shard ddp or one GPU"
-            )
-        if args.json or args.snapshot:
-            raise ValueError("--json and --snapshot are for one GPU so far: drop --gpus/--shard")
-        from tutorial_utils.estimate.sharded import run_sharded
-
-        return run_sharded(workload, strategies, card, args.gpus, args.shard)
+    sharding = estimate_sharding(args, workload)
     from tutorial_utils.estimate.estimator import estimate, search_largest
     from tutorial_utils.estimate.report import estimate_table
 
@@ -328,7 +334,7 @@ def run_estimate(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr, flush=True)
 
     print(f"building {workload.model} on the meta device...", file=sys.stderr, flush=True)
-    result = estimate(workload, strategies, card, search=False, jobs=args.jobs)
+    result = estimate(workload, strategies, card, search=False, jobs=args.jobs, sharding=sharding)
     if not args.json:
         print(estimate_table(result), flush=True)
     if args.snapshot:
@@ -343,6 +349,28 @@ def run_estimate(args: argparse.Namespace) -> int:
 
         print(json.dumps(estimate_record(result), indent=2))
     return 0
+
+
+def estimate_sharding(args: argparse.Namespace, workload):
+    """``--gpus N --shard fsdp2|ddp`` as a ``sharded.Sharding`` (None: one GPU); ValueError if bad."""
+    if not (args.gpus or args.shard):
+        if args.reduce_dtype != "fp32":
+            raise ValueError("--reduce-dtype is for --gpus N --shard fsdp2 with --precision amp-*")
+        return None
+    if args.gpus is None or args.shard is None:
+        raise ValueError("--gpus and --shard go together: e.g. --gpus 8 --shard fsdp2")
+    if args.snapshot:
+        raise ValueError("--snapshot is for one GPU so far: drop --gpus/--shard")
+    if args.reduce_dtype != "fp32" and not (
+        args.shard == "fsdp2" and workload.precision.startswith("amp-")
+    ):
+        raise ValueError("--reduce-dtype is for --shard fsdp2 with --precision amp-*")
+    from tutorial_utils.estimate.sharded import Sharding
+
+    sharding = Sharding(args.gpus, args.shard, args.reduce_dtype)
+    sharding.check(workload)
+    print(f"predicting rank 0 of {args.gpus} on fake tensors...", file=sys.stderr, flush=True)
+    return sharding
 
 
 def write_snapshots(result, path: str) -> None:

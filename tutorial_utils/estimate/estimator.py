@@ -18,13 +18,20 @@ import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.nn as nn
 
 from tutorial_utils.checkpointing.strategy import Strategy
 from tutorial_utils.estimate.breakdown import KeptForBackward
+from tutorial_utils.estimate.building import (  # re-exported: the estimator's public names
+    batch_for,
+    build_model,
+    load_config,
+    make_optimizer,
+    trainer_loss,
+)
 from tutorial_utils.estimate.card import Card
 from tutorial_utils.estimate.gpu_step import (
     GpuRun,
@@ -32,15 +39,6 @@ from tutorial_utils.estimate.gpu_step import (
     describe_rules,
     gpu_run,
     quoted_machine,
-)
-from tutorial_utils.estimate.models import (
-    add_lora,
-    build_causal_lm,
-    build_torchvision,
-    config_from_file,
-    config_from_hub,
-    preset_config,
-    trainable_parameters,
 )
 from tutorial_utils.estimate.workload import (  # re-exported: the estimator's public names
     DTYPES,
@@ -56,6 +54,9 @@ from tutorial_utils.measurement.allocator import AllocationLog, AllocatorPredict
 from tutorial_utils.measurement.autocast import EmulatedAutocast
 from tutorial_utils.measurement.step import Recording, StepReport, measure_step, next_token_loss
 from tutorial_utils.measurement.tracker import MemoryLimitExceeded
+
+if TYPE_CHECKING:
+    from tutorial_utils.estimate.sharded import Sharding
 
 __all__ = [
     "DTYPES",
@@ -81,94 +82,6 @@ __all__ = [
     "train_step",
     "trainer_loss",
 ]
-
-
-def load_config(name: str):
-    """A preset, a local config.json (a path), or a model id fetched with ``AutoConfig``."""
-    from pathlib import Path
-
-    from tutorial_utils.estimate.models import PRESETS
-
-    if name.lower() in PRESETS:
-        return preset_config(name)
-    if name.endswith(".json") or Path(name).expanduser().exists():
-        return config_from_file(Path(name).expanduser())
-    if "/" in name:
-        return config_from_hub(name)
-    raise ValueError(
-        f"unknown preset {name!r}: choose one of {', '.join(PRESETS)}, a config.json, "
-        "or a model id such as Qwen/Qwen2.5-0.5B"
-    )
-
-
-def build_model(workload: Workload, device: str = "meta") -> nn.Module:
-    """The workload's model (random weights; on meta by default), with LoRA if asked."""
-    kind, _, name = workload.model.partition(":")
-    if workload.precision == QLORA:
-        if device != "meta":
-            raise ValueError(
-                "nf4 is emulated on the meta device; a real QLoRA step loads the model with "
-                "transformers' BitsAndBytesConfig (bitsandbytes)"
-            )
-        from tutorial_utils.estimate.qlora import build_qlora
-
-        return build_qlora(
-            load_config(name),
-            workload.lora_rank,
-            workload.lora_targets or None,
-            recipe=workload.qlora_recipe,
-            dropout=workload.lora_dropout,
-        )
-    if kind == "hf":
-        model = build_causal_lm(load_config(name), device, workload.weight_dtype)
-    else:
-        model = build_torchvision(
-            name,
-            image_size=workload.size,
-            num_classes=workload.num_classes,
-            dtype=workload.weight_dtype,
-            device=device,
-        )
-    if workload.lora_rank:
-        model = add_lora(
-            model, workload.lora_rank, workload.lora_targets or None, dropout=workload.lora_dropout
-        )
-    return model.train()
-
-
-def make_optimizer(workload: Workload, model: nn.Module) -> torch.optim.Optimizer:
-    """AdamW (lr 1e-4) or SGD with momentum 0.9 (lr 1e-3), over the parameters that train.
-
-    ``foreach=True`` on every device: it is what a CUDA run does by default (its temporaries
-    are part of the step's peak), and a dry run of it is a few ops instead of a few per tensor.
-    """
-    trained = trainable_parameters(model)
-    if workload.optimizer == "adamw":
-        return torch.optim.AdamW(trained, lr=1e-4, foreach=True)
-    return torch.optim.SGD(trained, lr=1e-3, momentum=0.9, foreach=True)
-
-
-def batch_for(
-    workload: Workload, model: nn.Module, device: str
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Inputs and targets: token ids (targets the same ids) or images and class indices.
-
-    On meta they are shapes; elsewhere random values (seeded)."""
-    b, s = workload.batch, workload.size
-    generator = torch.Generator().manual_seed(0)
-    if workload.is_language_model:
-        vocab = cast(Any, model).config.vocab_size
-        if device == "meta":
-            ids = torch.empty(b, s, dtype=torch.long, device="meta")
-        else:
-            ids = torch.randint(0, vocab, (b, s), generator=generator).to(device)
-        return ids, ids
-    dtype = workload.weight_dtype
-    if device == "meta":
-        images = torch.empty(b, 3, s, s, dtype=dtype, device="meta")
-        return images, torch.empty(b, dtype=torch.long, device="meta")
-    images = torch.randn(b, 3, s, s, generator=generator).to(device, dtype)
-    return images, torch.randint(0, workload.num_classes, (b,), generator=generator).to(device)
 
 
 def train_step(
@@ -239,18 +152,6 @@ def _recording_regions(
     return loss_and_breakdown, remove
 
 
-def trainer_loss(outputs: Any, token_ids: torch.Tensor) -> torch.Tensor:
-    """``next_token_loss``, as the Trainer's ``compute_loss`` leaves the outputs: the logits
-    are taken out of them, so that only what autograd saved outlives the loss."""
-    logits = outputs.logits
-    if isinstance(outputs, dict):  # a ModelOutput: drop its entry and its attribute
-        dict.__delitem__(outputs, "logits")
-        object.__setattr__(outputs, "logits", None)
-    loss = next_token_loss(logits, token_ids)
-    del logits
-    return loss
-
-
 def predict_allocator(log: AllocationLog, card: Card) -> AllocatorPrediction:
     """The step replayed through the card's caching allocator (two steps: the second on the
     first's cache). Where it runs out of memory, the peaks are those it would need (replayed
@@ -303,6 +204,7 @@ class Estimate:
     model: nn.Module | None = field(default=None, repr=False)  # on meta, for more dry runs
     time_source: str | None = None  # how step times were predicted; None: not predicted
     attention_rules: str = ""  # whose kernel choice the dry runs' attention followed
+    sharding: Sharding | None = None  # N GPUs: each row is rank 0's step; None: one GPU
 
 
 def estimate(
@@ -315,24 +217,28 @@ def estimate(
     progress: Callable[[str], None] | None = None,
     max_size: int | None = None,
     jobs: int = 1,
+    sharding: Sharding | None = None,
 ) -> Estimate:
     """A dry run of one training step per strategy on the meta device, against ``card``.
 
     ``search`` also finds the largest size that fits (``search_largest``). ``jobs`` > 1 runs
     the strategies in that many forked processes (Linux; only from a process that has not run
     a backward pass yet, as autograd's threads do not survive a fork: the command line's case).
+    ``sharding``: N GPUs (``sharded.Sharding``): each dry run is rank 0's step, the rest alike.
     """
     from tutorial_utils.estimate.models import describe_model
 
     started = time.perf_counter()
+    if sharding is not None:
+        sharding.check(workload)
     model = model if model is not None else build_model(workload)
-    result = Estimate(workload, card, describe_model(model), model=model)
+    result = Estimate(workload, card, describe_model(model), model=model, sharding=sharding)
     machine = quoted_machine(card, workload.precision)
     result.time_source = None if machine is None else machine.source
     result.attention_rules = describe_rules(card)
     runnable = [strategy for strategy in strategies if not strategy.gpu_only]
     outcomes = dict(
-        zip(runnable, _run_strategies(model, workload, card, runnable, jobs), strict=True)
+        zip(runnable, _run_strategies(model, workload, card, runnable, jobs, sharding), strict=True)
     )
     for strategy in strategies:
         if strategy.gpu_only:
@@ -348,35 +254,63 @@ def estimate(
                     strategy, report, predicted, fits=predicted.fits, gpu=gpu, kept=kept
                 )
             )
-    measured = [row for row in result.rows if row.report is not None]
-    base = next((row for row in measured if row.strategy.kind == "none"), None)
-    for row in measured:
-        if (
-            base is not None
-            and row.report
-            and base.report
-            and row.report.flops
-            and base.report.flops
-        ):
-            row.flops_ratio = row.report.flops.total / base.report.flops.total
+    _flops_ratios(result.rows)
     result.seconds = time.perf_counter() - started
     if search:
         search_largest(result, progress=progress, max_size=max_size)
     return result
 
 
-_FORKED: tuple[nn.Module, Workload, Card] | None = None  # what forked workers dry-run
+def _flops_ratios(rows: list[StrategyEstimate]) -> None:
+    """Each measured row's FLOPs over no checkpointing's (when that row is there)."""
+    measured = [row for row in rows if row.report is not None and row.report.flops]
+    base = next((row for row in measured if row.strategy.kind == "none"), None)
+    if base is None or base.report is None or base.report.flops is None:
+        return
+    for row in measured:
+        assert row.report is not None and row.report.flops is not None
+        row.flops_ratio = row.report.flops.total / base.report.flops.total
+
+
+_FORKED: tuple[nn.Module, Workload, Card, Sharding | None] | None = None  # forked workers' part
 Outcome = tuple[StepReport, AllocatorPrediction, GpuRun, KeptForBackward | None] | str
 
 
-def _outcome(model: nn.Module, workload: Workload, card: Card, strategy: Strategy) -> Outcome:
+def _dry_run(
+    model: nn.Module,
+    workload: Workload,
+    strategy: Strategy,
+    card: Card,
+    sharding: Sharding | None,
+    **options: Any,
+) -> tuple[StepReport, GpuRun]:
+    """One step as ``card``'s GPU runs it (``gpu_run``): one GPU's, or rank 0's of N
+    (``sharded.rank_dry_run``, which builds its own model: sharding changes it)."""
+    if sharding is not None:
+        from tutorial_utils.estimate.sharded import rank_dry_run
+
+        options.pop("kept", None)  # not filled on N GPUs
+        return rank_dry_run(workload, strategy, sharding, card, **options)
+    with gpu_run(card, workload.precision) as gpu:
+        report = train_step(model, workload, strategy, **options)
+    return report, gpu
+
+
+def _outcome(
+    model: nn.Module,
+    workload: Workload,
+    card: Card,
+    sharding: Sharding | None,
+    strategy: Strategy,
+) -> Outcome:
     """The strategy's dry run and its replay through the card's allocator (the events are
     dropped after it: they are many), or why it could not run (selective checkpointing around
     an in-place op, say)."""
-    kept = KeptForBackward() if workload.is_language_model else None
+    kept = KeptForBackward() if workload.is_language_model and sharding is None else None
     try:
-        with gpu_run(card, workload.precision) as gpu:
-            report = train_step(model, workload, strategy, record_allocations=True, kept=kept)
+        report, gpu = _dry_run(
+            model, workload, strategy, card, sharding, record_allocations=True, kept=kept
+        )
     except RuntimeError as failure:
         return str(failure).splitlines()[0]
     assert report.allocations is not None
@@ -386,27 +320,32 @@ def _outcome(model: nn.Module, workload: Workload, card: Card, strategy: Strateg
 
 def _forked_outcome(strategy: Strategy) -> Outcome:
     assert _FORKED is not None, "set by the parent before it forks"
-    model, workload, card = _FORKED
-    return _outcome(model, workload, card, strategy)
+    return _outcome(*_FORKED, strategy=strategy)
 
 
 def _run_strategies(
-    model: nn.Module, workload: Workload, card: Card, strategies: Sequence[Strategy], jobs: int
+    model: nn.Module,
+    workload: Workload,
+    card: Card,
+    strategies: Sequence[Strategy],
+    jobs: int,
+    sharding: Sharding | None = None,
 ) -> list[Outcome]:
     import multiprocessing
     import sys
 
+    parts = (model, workload, card, sharding)
     if jobs < 2 or len(strategies) < 2 or sys.platform != "linux":
-        return [_outcome(model, workload, card, strategy) for strategy in strategies]
+        return [_outcome(*parts, strategy=strategy) for strategy in strategies]
     global _FORKED
-    _FORKED = (model, workload, card)
+    _FORKED = parts
     try:
         with multiprocessing.get_context("fork").Pool(min(jobs, len(strategies))) as pool:
             outcomes = pool.map(_forked_outcome, strategies, chunksize=1)
     finally:
         _FORKED = None
     if any(isinstance(o, str) and "fork" in o for o in outcomes):  # autograd ran before: serial
-        return [_outcome(model, workload, card, strategy) for strategy in strategies]
+        return [_outcome(*parts, strategy=strategy) for strategy in strategies]
     return outcomes
 
 
@@ -431,6 +370,7 @@ def search_largest(
                     progress=progress,
                     max_size=max_size,
                     card=result.card,
+                    sharding=result.sharding,
                 )
     result.search_seconds = time.perf_counter() - started
     return result
@@ -445,6 +385,7 @@ def largest_fit(
     progress: Callable[[str], None] | None = None,
     max_size: int | None = None,
     card: Card | None = None,
+    sharding: Sharding | None = None,
 ) -> tuple[int, int]:
     """(largest size that fits, dry runs it took): the longest sequence, in multiples of 256
     tokens, for a language model at the workload's batch; the largest batch for a classifier.
@@ -452,7 +393,8 @@ def largest_fit(
     Two dry runs predict a start (the peak grows about linearly in either), then
     ``largest_fitting`` confirms by dry runs that stop as soon as their tensors pass the budget:
     the answer is measured; the line only saves trials. With ``card`` a trial fits only when
-    its replay through the card's caching allocator runs too (``predict_allocator``)."""
+    its replay through the card's caching allocator runs too (``predict_allocator``).
+    ``sharding`` (with ``card``): rank 0's step of N GPUs, its batch per GPU."""
     from tutorial_utils.measurement.batch_search import largest_fitting, start_on_line
 
     lm = workload.is_language_model
@@ -475,18 +417,19 @@ def largest_fit(
             what = f"{units * unit:,} tokens" if lm else f"batch {units}"
             progress(f"  {strategy.name}: trying {what}")
         try:
-            report = train_step(
-                model,
-                sized(units),
-                strategy,
-                limit_bytes=budget_bytes,
-                record_allocations=card is not None,
+            report = trial(
+                sized(units), limit_bytes=budget_bytes, record_allocations=card is not None
             )
         except MemoryLimitExceeded:
             return False
         return card is None or _replay_fits(report, card)
 
-    low, high = (train_step(model, sized(n), strategy).peak_bytes for n in (1, 2))
+    def trial(sized_workload: Workload, **options: Any) -> StepReport:
+        if sharding is None or card is None:
+            return train_step(model, sized_workload, strategy, **options)
+        return _dry_run(model, sized_workload, strategy, card, sharding, **options)[0]
+
+    low, high = (trial(sized(n)).peak_bytes for n in (1, 2))
     if low > budget_bytes:
         return 0, 2
     start = start_on_line(low, high, budget_bytes)

@@ -30,6 +30,23 @@ def _card(result: Estimate) -> dict[str, Any]:
     }
 
 
+def _sharding(result: Estimate) -> dict[str, Any] | None:
+    """N GPUs: how the step is spread and cast (None: one GPU); every row is then rank 0's."""
+    sharding, w = result.sharding, result.workload
+    if sharding is None:
+        return None
+    policy = sharding.mixed_precision(w)
+    return {
+        "gpus": sharding.world_size,
+        "shard": sharding.shard,
+        "rank": 0,
+        "fsdp2_param_dtype": str(policy.param_dtype).removeprefix("torch.") if policy else None,
+        "fsdp2_reduce_dtype": str(policy.reduce_dtype).removeprefix("torch.") if policy else None,
+        "ddp_autocast": sharding.shard == "ddp" and sharding.autocast(w) is not None,
+        "description": sharding.describe(w),
+    }
+
+
 def _row(row: StrategyEstimate, result: Estimate) -> dict[str, Any]:
     """One strategy's figures; the allocator's and the time are predictions."""
     w, report, allocator = result.workload, row.report, row.allocator
@@ -72,6 +89,7 @@ def estimate_record(result: Estimate) -> dict[str, Any]:
         "card": _card(result),
         "attention_rules": result.attention_rules,
         "step_time_source": result.time_source,
+        "sharding": _sharding(result),
         "strategies": [_row(row, result) for row in result.rows],
         "dry_runs_seconds": result.seconds,
         "search_seconds": result.search_seconds,

@@ -41,6 +41,7 @@ CATEGORY_LABELS = {
 }
 _NAME_COLUMNS = 24  # the strategy's column: as wide as "selective: matmuls+convs" at least
 _SHORT = {"optimizer_state": "optim", "activations": "activ"}  # column headers
+COMM_CATEGORIES = ("all_gather", "reduce_scatter", "buckets")  # fake_ranks.BUFFER_CATEGORIES
 
 
 def describe_workload(result: Estimate) -> str:
@@ -56,6 +57,8 @@ def describe_workload(result: Estimate) -> str:
     if w.is_language_model:
         optimizer += "; " + ("Trainer's loop" if w.loop == "trainer" else "plain loop")
     precision = describe_precision(w.precision, w.qlora_recipe)
+    if result.sharding is not None and result.sharding.mixed_precision(w) is not None:
+        precision = "FSDP2's MixedPrecisionPolicy (next line)"
     return f"step: batch {w.batch} x {size}; {precision}; {optimizer}; {tuning}"
 
 
@@ -67,6 +70,11 @@ def display_unit(result: Estimate) -> tuple[str, int]:
 
 def _size(nbytes: int, unit: int) -> str:
     return f"{nbytes / unit:,.2f}" if unit == GiB else f"{nbytes / unit:,.1f}"
+
+
+def _rate(per_second: float) -> str:
+    """Tokens or images a second, in millions from a million (the table stays in 120 columns)."""
+    return f"{per_second / 1e6:,.2f}M" if per_second >= 1e6 else f"{per_second:,.0f}"
 
 
 def _largest(row: StrategyEstimate, workload: Workload) -> str:
@@ -81,6 +89,8 @@ def _cells(row: StrategyEstimate, result: Estimate, unit: int) -> list[str]:
     assert report is not None
     cells = [row.strategy.name, row.gpu.kernel if row.gpu else "-"]
     cells += [_size(report.breakdown[c], unit) for c in CATEGORIES]
+    if result.sharding is not None:  # the communication buffers, together
+        cells.append(_size(sum(report.breakdown.get(c, 0) for c in COMM_CATEGORIES), unit))
     if allocator is None:
         cells += ["-"] * 4
     else:
@@ -89,23 +99,25 @@ def _cells(row: StrategyEstimate, result: Estimate, unit: int) -> list[str]:
             _size(b, unit)
             for b in (allocator.max_allocated_bytes, allocator.max_reserved_bytes, smi)
         ]
-        cells.append(f"{(allocator.margin_bytes or 0) / unit:+,.2f}")
+        margin = (allocator.margin_bytes or 0) / unit
+        cells.append(f"{margin:+,.2f}" if unit == GiB else f"{margin:+,.0f}")
     seconds = row.gpu.predicted_seconds if row.gpu is not None else None
     per_step = w.batch * (w.size if w.is_language_model else 1)
     cells += [
         "-" if row.flops_ratio is None else f"{row.flops_ratio:.2f}",
         _largest(row, w),
-        "-" if not seconds else f"{per_step / seconds:,.0f}",
+        "-" if not seconds else _rate(per_step / seconds),
     ]
     return cells
 
 
-def _headers(workload: Workload) -> list[str]:
+def _headers(workload: Workload, sharded: bool = False) -> list[str]:
     rate = "tok/s" if workload.is_language_model else "img/s"
     longest = "longest" if workload.is_language_model else "batch"
     return (
         ["strategy", "attention"]
         + [_SHORT.get(c, CATEGORY_LABELS[c]) for c in CATEGORIES]
+        + (["comm"] if sharded else [])
         + ["alloc", "reserved", "smi", "margin", "FLOPs", longest, rate]
     )
 
@@ -128,7 +140,7 @@ def _aligned(rows: Sequence[Sequence[str]], notes: dict[int, str]) -> list[str]:
 
 
 def _table(result: Estimate, unit: int) -> list[str]:
-    rows: list[list[str]] = [_headers(result.workload)]
+    rows: list[list[str]] = [_headers(result.workload, result.sharding is not None)]
     notes = {}
     for row in result.rows:
         if row.report is None:
@@ -182,6 +194,7 @@ def _caveats(result: Estimate, unit_name: str) -> list[str]:
         result.attention_rules,
         f"{_headers(w)[-1]}: "
         + (result.time_source or "no quoted peaks to predict it from: no GPU named (--gpu NAME)"),
+        *_sharded_caveats(result),
     ]
     retried = [
         f"{row.strategy.name} ({row.allocator.retries})"
@@ -195,6 +208,20 @@ def _caveats(result: Estimate, unit_name: str) -> list[str]:
     return [part for line in lines for part in textwrap.wrap(line, TABLE_COLUMNS)]
 
 
+def _sharded_caveats(result: Estimate) -> list[str]:
+    """On N GPUs: what a row is, what ``comm`` holds, what the replay and the time leave out."""
+    if result.sharding is None:
+        return []
+    n = result.sharding.world_size
+    return [
+        f"N GPUs: each row is rank 0 of {n}, on fake tensors over PyTorch's fake process group "
+        "(one process); comm: FSDP2's all-gather and reduce-scatter buffers, DDP's gradient "
+        "buckets (split in --json); not in any figure: NCCL's own buffers; "
+        f"{_headers(result.workload)[-1]}: per GPU, by one rank's ops (x{n} for all GPUs); "
+        "collectives not timed",
+    ]
+
+
 def estimate_table(result: Estimate) -> str:
     """What ran, the strategies side by side, then how the figures were obtained."""
     unit_name, unit = display_unit(result)
@@ -203,6 +230,8 @@ def estimate_table(result: Estimate) -> str:
         step = "256 tokens" if result.workload.is_language_model else "1 sample"
         timing += f"; largest-fit search (steps of {step}): {result.search_seconds:.1f} s"
     header = [result.model_description, describe_workload(result)]
+    if result.sharding is not None:
+        header.append(result.sharding.describe(result.workload))
     header = [part for line in header for part in textwrap.wrap(line, TABLE_COLUMNS)]
     kept = _kept_lines(result, unit, unit_name)
     body = [*_table(result, unit), *([""] + kept if kept else [])]

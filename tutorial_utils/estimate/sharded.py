@@ -18,6 +18,24 @@ group of ``world_size`` ranks (``measurement.fake_ranks``), so the sharding is P
   (the default) they are separate from the gradients. ``tests/test_sharded.py`` holds the result
   equal to real DDP over the fake group on real tensors, from its third step on.
 
+Mixed precision (``--precision amp-*``), as the libraries run it:
+
+* **FSDP2**: ``fully_shard(..., mp_policy=MixedPrecisionPolicy(param_dtype, reduce_dtype))``
+  (torchtitan's ``parallelize_llama``; its defaults bf16 and fp32). The sharded parameters and
+  Adam's state stay fp32; each unit's parameters are all-gathered in ``param_dtype`` and computed
+  with in it (no autocast); gradients are reduce-scattered in ``reduce_dtype`` into an fp32 shard.
+  FSDP2's own code does all of it on the fake tensors.
+* **DDP**: the forward and the loss under ``torch.autocast`` (emulated: ``EmulatedAutocast``, the
+  CUDA cast policy by default): fp32 parameters, gradients and buckets, plus the low-precision
+  copies autocast caches during the forward (and, checkpointed, again during recomputation).
+
+``tests/test_sharded.py`` holds both to the byte against 2 real gloo ranks on the CPU (under
+``torch.autocast("cpu")`` for DDP, the emulation's CPU policy beside it).
+
+``rank_dry_run`` is the single-GPU pipeline's dry run for a rank (``estimator.estimate(...,
+sharding=Sharding(...))``): the same report, replay, margin, largest-fit search, predicted time
+(the rank's own ops; collectives are not timed) and attention kernel of ``--gpu``'s GPU.
+
 The figures are tensor bytes of rank 0 (every rank alike where the sizes divide evenly), a
 prediction: the communication library's own buffers (NCCL's, gloo's) are not tensors and are not
 in it.
@@ -28,10 +46,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import sys
-import textwrap
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -40,42 +55,103 @@ import torch.nn as nn
 
 from tutorial_utils.checkpointing.blocks import repeated_blocks
 from tutorial_utils.checkpointing.strategy import OFFLOAD_NOTE, Strategy
+from tutorial_utils.estimate.building import batch_for, build_model, make_optimizer, trainer_loss
 from tutorial_utils.estimate.card import Card
-from tutorial_utils.estimate.estimator import (
-    Estimate,
-    Workload,
-    batch_for,
-    build_model,
-    make_optimizer,
-)
-from tutorial_utils.measurement.allocator import AllocationLog, AllocatorPrediction
+from tutorial_utils.estimate.gpu_step import GpuRun, StepRoofline, as_gpu_runs, quoted_machine
+from tutorial_utils.estimate.workload import DTYPES, QLORA, Workload
+from tutorial_utils.measurement.allocator import AllocationLog
+from tutorial_utils.measurement.autocast import EmulatedAutocast
 from tutorial_utils.measurement.fake_ranks import BUFFER_CATEGORIES, ShardedStepTracker, fake_ranks
+from tutorial_utils.measurement.gpu_attention import recording_kernels
 from tutorial_utils.measurement.phases import step_phase
-from tutorial_utils.measurement.step import next_token_loss
+from tutorial_utils.measurement.step import StepReport, next_token_loss
 from tutorial_utils.measurement.tracker import CATEGORIES
-from tutorial_utils.units import GiB
 
 __all__ = [
     "Batch",
-    "COLUMNS",
     "DDP_BUCKET_CAP_MB",
+    "REDUCE_DTYPES",
     "RankReport",
     "SHARDS",
     "Shard",
+    "Sharding",
     "ddp_bucket_sizes",
     "estimate_rank",
-    "rank_allocator",
+    "rank_dry_run",
     "rank_step",
-    "rank_table",
-    "run_sharded",
 ]
 
 
 Shard = Literal["fsdp2", "ddp"]
 SHARDS: tuple[Shard, ...] = get_args(Shard)
 DDP_BUCKET_CAP_MB = 25  # DistributedDataParallel's default bucket_cap_mb
+REDUCE_DTYPES = ("fp32", "bf16", "fp16")  # MixedPrecisionPolicy.reduce_dtype's spellings
+_TORCH = f"torch {torch.__version__.split('+')[0]}"
 
 Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """How one step is spread over ``world_size`` GPUs: FSDP2's ``fully_shard`` or DDP, and
+    with ``--precision amp-*`` how each runs mixed precision (``mixed_precision``,
+    ``autocast``). ``reduce_dtype``: FSDP2's gradient reduce-scatter dtype under amp-*."""
+
+    world_size: int
+    shard: Shard
+    reduce_dtype: str = "fp32"
+
+    def __post_init__(self) -> None:
+        if self.world_size < 1:
+            raise ValueError(f"--gpus must be at least 1, got {self.world_size}")
+        if self.shard not in SHARDS:
+            raise ValueError(f"--shard must be one of {', '.join(SHARDS)}, got {self.shard!r}")
+        if self.reduce_dtype not in REDUCE_DTYPES:
+            raise ValueError(
+                f"--reduce-dtype must be one of {', '.join(REDUCE_DTYPES)}, got {self.reduce_dtype!r}"
+            )
+
+    def check(self, workload: Workload) -> None:
+        """Refuse what is not emulated, in one line."""
+        if workload.precision == QLORA and self.shard == "fsdp2":
+            raise ValueError(
+                "--precision nf4 with --shard fsdp2 is not emulated (FSDP-QLoRA shards the 4-bit "
+                "weights in bnb_4bit_quant_storage's dtype); --shard ddp or one GPU"
+            )
+
+    def mixed_precision(self, workload: Workload) -> Any | None:
+        """FSDP2's ``MixedPrecisionPolicy`` under amp-*: the fp32 sharded parameters are
+        all-gathered in ``param_dtype`` (the amp dtype) and computed with; gradients are
+        reduce-scattered in ``reduce_dtype``; no autocast (torchtitan's way). None otherwise."""
+        if self.shard != "fsdp2" or not workload.precision.startswith("amp-"):
+            return None
+        return _policy_class()(
+            param_dtype=DTYPES[workload.precision[4:]], reduce_dtype=DTYPES[self.reduce_dtype]
+        )
+
+    def autocast(self, workload: Workload) -> EmulatedAutocast | None:
+        """The forward's autocast: DDP's under amp-* (and QLoRA's TRL recipes); none under
+        FSDP2's ``MixedPrecisionPolicy``."""
+        return None if self.mixed_precision(workload) is not None else workload.autocast()
+
+    def describe(self, workload: Workload) -> str:
+        """How the step is spread and cast, with the library functions that do it."""
+        if self.shard == "ddp":
+            how = (
+                f"DDP ({_TORCH} DistributedDataParallel; gradient buckets: first 1 MiB, then "
+                f"{DDP_BUCKET_CAP_MB} MiB)"
+            )
+            if workload.precision.startswith("amp-"):
+                how += ", forward under torch.autocast: fp32 weights, gradients and buckets"
+        else:
+            how = f"FSDP2 ({_TORCH} fully_shard on every block, then the root)"
+            if workload.precision.startswith("amp-"):
+                how += (
+                    f", MixedPrecisionPolicy(param_dtype={workload.precision[4:]}, "
+                    f"reduce_dtype={self.reduce_dtype}): fp32 sharded weights, "
+                    f"{workload.precision[4:]} all-gathered copies, no autocast"
+                )
+        return f"{self.world_size} GPUs, {how}; rank 0, batch {workload.batch} per GPU"
 
 
 @dataclass(frozen=True)
@@ -94,6 +170,8 @@ class RankReport:
     breakdown: dict[str, int]
     ddp_buckets: int = 0  # how many gradient buckets DDP makes (0 under FSDP2)
     allocations: AllocationLog | None = None  # the tracked step's events, when recorded
+    activation_peak_bytes: int = 0  # most activations/other bytes alive at any moment
+    phase_peak_bytes: dict[str, int] | None = None  # tracked peak within each phase
 
     @property
     def forward_backward_above_start_bytes(self) -> int:
@@ -119,6 +197,14 @@ def ddp_bucket_sizes(
     return [sum(ordered[i].numel() * ordered[i].element_size() for i in b) for b in buckets]
 
 
+@dataclass(frozen=True)
+class _Precision:
+    """How a rank's step casts: FSDP2's policy (``fully_shard(mp_policy=...)``) or autocast."""
+
+    mp_policy: Any | None = None
+    autocast: EmulatedAutocast | None = None
+
+
 def rank_step(
     build: Callable[[], nn.Module],
     blocks: Callable[[nn.Module], Sequence[nn.Module]],
@@ -132,6 +218,10 @@ def rank_step(
     reshard_after_forward: bool | None = None,
     follow_resizes: bool = True,
     record_allocations: bool = False,
+    mp_policy: Any | None = None,
+    autocast: EmulatedAutocast | None = None,
+    limit_bytes: int | None = None,
+    tracked_context: Callable[[], contextlib.AbstractContextManager] | None = None,
 ) -> RankReport:
     """Rank 0's training step among ``world_size``, on fake tensors over the fake process group.
 
@@ -139,40 +229,86 @@ def rank_step(
     ``blocks(model)`` are the modules FSDP2 shards one by one before the root; ``batch(model)``
     gives this rank's inputs and targets; ``checkpointing(model)`` is entered around the step (a
     strategy's ``applied``). One untracked step creates the optimizer's state, then one step
-    (forward, backward, optimizer step) is tracked. ``follow_resizes=False`` leaves FSDP2's
-    storage resizes unseen, as a tracker of ops alone (``tools.LiveBytes``) does."""
-    if shard not in SHARDS:
-        raise ValueError(f"--shard must be one of {', '.join(SHARDS)}, got {shard!r}")
+    (forward, backward, optimizer step) is tracked, inside ``tracked_context()`` when given (a
+    FLOP counter, a roofline). ``follow_resizes=False`` leaves FSDP2's storage resizes unseen,
+    as a tracker of ops alone (``tools.LiveBytes``) does. ``mp_policy``: FSDP2's
+    ``MixedPrecisionPolicy``; ``autocast``: the forward and the loss under the emulated
+    autocast (DDP's mixed precision); ``limit_bytes``: stop with ``MemoryLimitExceeded``."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed.device_mesh import init_device_mesh
 
-    with fake_ranks(world_size):
+    precision = _Precision(mp_policy, autocast)
+    track = {
+        "follow_resizes": follow_resizes,
+        "record_allocations": record_allocations,
+        "limit_bytes": limit_bytes,
+    }
+    with fake_ranks(world_size), _casts(autocast), _attention_on_fake_cpu():
         mesh = init_device_mesh("cpu", (world_size,))  # outside fake mode: it reads rank ids
-        model = build()
-        if any(t.device.type != "meta" for t in [*model.parameters(), *model.buffers()]):
-            raise ValueError("build() must make the model on the meta device (no memory)")
+        model = _on_meta(build(), shard)
         with FakeTensorMode(allow_non_fake_inputs=True):
             _to_fake_cpu(model)
             with checkpointing(model) if checkpointing else contextlib.nullcontext():
-                bucket_bytes = _wrapped(model, blocks, shard, mesh, reshard_after_forward)
-                buckets = [torch.empty(n, dtype=torch.uint8) for n in bucket_bytes]
-                optimizer = optimizer_factory(model)
-                inputs, targets = batch(model)
-                _step(model, inputs, targets, loss_fn, optimizer)  # the optimizer's state
-                optimizer.zero_grad(set_to_none=True)
-                tracker = ShardedStepTracker(
-                    model,
-                    optimizer,
-                    inputs=(inputs, targets, *buckets),
-                    follow_resizes=follow_resizes,
-                    record_allocations=record_allocations,
+                bucket_bytes = _wrapped(
+                    model, blocks, shard, mesh, reshard_after_forward, precision
                 )
-                tracker.mark(buckets, "buckets")
-                with tracker:
-                    _step(model, inputs, targets, loss_fn, optimizer)
-                optimizer.zero_grad(set_to_none=True)
+                optimizer = optimizer_factory(model)
+                inputs = batch(model)
+                step = functools.partial(_step, model, inputs, loss_fn, optimizer, autocast)
+                tracker = _two_steps(
+                    step, (model, optimizer, inputs), bucket_bytes, tracked_context, track
+                )
     report = _rank_report(tracker, shard, world_size, len(bucket_bytes))
     return dataclasses.replace(report, allocations=tracker.allocations)
+
+
+def _two_steps(
+    step: Callable[[], None],
+    parts: tuple[nn.Module, torch.optim.Optimizer, Batch],
+    bucket_bytes: list[int],
+    tracked_context: Callable[[], contextlib.AbstractContextManager] | None,
+    track: dict[str, Any],
+) -> ShardedStepTracker:
+    """One untracked step (the optimizer's state), then one tracked, DDP's buckets held."""
+    model, optimizer, inputs = parts
+    buckets = [torch.empty(n, dtype=torch.uint8) for n in bucket_bytes]
+    step()
+    optimizer.zero_grad(set_to_none=True)
+    tracker = ShardedStepTracker(model, optimizer, inputs=(*inputs, *buckets), **track)
+    tracker.mark(buckets, "buckets")
+    with tracked_context() if tracked_context else contextlib.nullcontext(), tracker:
+        step()
+    optimizer.zero_grad(set_to_none=True)
+    return tracker
+
+
+def _on_meta(model: nn.Module, shard: str) -> nn.Module:
+    """``model``, checked to be on the meta device (no memory), for a known ``shard``."""
+    if shard not in SHARDS:
+        raise ValueError(f"--shard must be one of {', '.join(SHARDS)}, got {shard!r}")
+    if any(t.device.type != "meta" for t in [*model.parameters(), *model.buffers()]):
+        raise ValueError("build() must make the model on the meta device (no memory)")
+    return model
+
+
+def _casts(autocast: EmulatedAutocast | None) -> contextlib.AbstractContextManager:
+    """The emulated autocast's kernels for both steps (recomputation happens in backward)."""
+    return autocast.kernels() if autocast is not None else contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _attention_on_fake_cpu() -> Iterator[None]:
+    """SDPA on the fake CPU tensors through the kernel the dry run's GPU rules pick (the CPU's
+    without a GPU named), as ``meta_attention`` does for meta tensors: autograd then saves
+    what that kernel saves, and the kernel is recorded for the table."""
+    from tutorial_utils.measurement.meta_attention import _attention_on_meta
+
+    library = torch.library.Library("aten", "IMPL")
+    library.impl("scaled_dot_product_attention", _attention_on_meta, "AutogradCPU")
+    try:
+        yield
+    finally:
+        library._destroy()
 
 
 def _wrapped(
@@ -181,6 +317,7 @@ def _wrapped(
     shard: Shard,
     mesh: Any,
     reshard_after_forward: bool | None,
+    precision: _Precision,
 ) -> list[int]:
     """FSDP2's ``fully_shard`` on every block, then the root; or DDP's bucket sizes (bytes)."""
     if shard == "ddp":
@@ -189,6 +326,8 @@ def _wrapped(
     options: dict[str, Any] = {"mesh": mesh}
     if reshard_after_forward is not None:  # else PyTorch's default
         options["reshard_after_forward"] = reshard_after_forward
+    if precision.mp_policy is not None:
+        options["mp_policy"] = precision.mp_policy
     for block in blocks(model):
         fully_shard(block, **options)
     fully_shard(model, **options)
@@ -211,6 +350,8 @@ def _rank_report(
         baseline_bytes=tracker.baseline_bytes,
         breakdown={c: breakdown[c] for c in (*CATEGORIES, *BUFFER_CATEGORIES)},
         ddp_buckets=ddp_buckets,
+        activation_peak_bytes=tracker.activation_peak_bytes,
+        phase_peak_bytes=dict(tracker.phase_peak_bytes),
     )
 
 
@@ -228,14 +369,6 @@ def _to_fake_cpu(model: nn.Module) -> None:
             module._parameters[name] = first._parameters[first_name]
 
 
-def _refuse_autocast(workload: Workload) -> None:
-    if workload.precision.startswith("amp-"):
-        raise ValueError(
-            "--gpus with --precision amp-*: not predicted (FSDP2 takes mixed precision as its own "
-            "MixedPrecisionPolicy); use fp32, bf16 or fp16"
-        )
-
-
 def _fully_shard() -> Callable[..., Any]:
     """FSDP2's ``fully_shard``: public from torch 2.6, under ``_composable`` before."""
     try:
@@ -245,8 +378,20 @@ def _fully_shard() -> Callable[..., Any]:
     return fully_shard
 
 
-def _step(model, inputs, targets, loss_fn, optimizer) -> None:
-    with step_phase("forward"):
+def _policy_class() -> Callable[..., Any]:
+    """FSDP2's ``MixedPrecisionPolicy``, where ``_fully_shard`` finds ``fully_shard``."""
+    try:
+        from torch.distributed.fsdp import MixedPrecisionPolicy
+    except ImportError:
+        from torch.distributed._composable.fsdp import MixedPrecisionPolicy
+    return MixedPrecisionPolicy
+
+
+def _step(model, batch: Batch, loss_fn, optimizer, autocast=None) -> None:
+    """Forward and loss (under ``autocast`` when given, as an AMP loop runs them), backward,
+    optimizer step."""
+    inputs, targets = batch
+    with step_phase("forward"), autocast.enabled() if autocast else contextlib.nullcontext():
         loss = loss_fn(model(inputs), targets)
     with step_phase("backward"):
         loss.backward()
@@ -255,13 +400,24 @@ def _step(model, inputs, targets, loss_fn, optimizer) -> None:
 
 
 def estimate_rank(
-    workload: Workload, strategy: Strategy, world_size: int, shard: Shard
+    workload: Workload,
+    strategy: Strategy,
+    world_size: int,
+    shard: Shard,
+    **options: Any,
 ) -> RankReport:
-    """One rank's step of ``workload`` (its batch per GPU) under ``shard`` and ``strategy``."""
-    _refuse_autocast(workload)
+    """One rank's step of ``workload`` (its batch per GPU) under ``shard`` and ``strategy``, in
+    the workload's precision (``Sharding``), with its training loop's loss. ``options`` go to
+    ``rank_step`` (``limit_bytes``, ``tracked_context``, ``reduce_dtype``: FSDP2's under amp-*)."""
+    sharding = Sharding(world_size, shard, options.pop("reduce_dtype", "fp32"))
+    sharding.check(workload)
     if strategy.gpu_only:
         raise ValueError(f"{strategy.name!r} is {OFFLOAD_NOTE}")
-    loss_fn = next_token_loss if workload.is_language_model else nn.CrossEntropyLoss()
+    loss_fn: Callable[..., torch.Tensor] = nn.CrossEntropyLoss()
+    if workload.is_language_model:
+        loss_fn = trainer_loss if workload.loop == "trainer" else next_token_loss
+    autocast = sharding.autocast(workload)
+    wrap = autocast.checkpoint_context_fn if autocast is not None else None
     return rank_step(
         functools.partial(build_model, workload),
         repeated_blocks,
@@ -270,96 +426,62 @@ def estimate_rank(
         functools.partial(make_optimizer, workload),
         world_size=world_size,
         shard=shard,
-        checkpointing=strategy.applied,
+        checkpointing=lambda model: strategy.applied(model, wrap),
         record_allocations=True,
+        mp_policy=sharding.mixed_precision(workload),
+        autocast=autocast,
+        **options,
     )
 
 
-COLUMNS = {  # headers of at most 7 characters, so that the table fits 120 columns
-    "parameters": "params",
-    "gradients": "grads",
-    "optimizer_state": "optim",
-    "activations": "activ",
-    "all_gather": "gather",
-    "reduce_scatter": "scatter",
-    "buckets": "buckets",
-}
-
-
-def rank_allocator(report: RankReport, card: Card) -> AllocatorPrediction:
-    """The rank's step replayed through the card's caching allocator (``predict_allocator``)."""
-    from tutorial_utils.estimate.estimator import predict_allocator
-
-    if report.allocations is None:
-        raise ValueError("the rank's allocations were not recorded (record_allocations=True)")
-    return predict_allocator(report.allocations, card)
-
-
-def rank_table(
+def rank_dry_run(
     workload: Workload,
-    rows: Sequence[tuple[Strategy, RankReport | str]],
+    strategy: Strategy,
+    sharding: Sharding,
     card: Card,
-    world_size: int,
-    shard: Shard,
-) -> str:
-    """Each strategy's per-rank peak and its categories, headed by how they were obtained."""
-    from tutorial_utils.estimate.report import describe_workload
+    *,
+    limit_bytes: int | None = None,
+    record_allocations: bool = True,
+) -> tuple[StepReport, GpuRun]:
+    """``estimate_rank`` as the single-GPU pipeline takes a dry run: ``estimator.train_step``'s
+    report (the breakdown gains ``BUFFER_CATEGORIES``; FLOPs counted) and what ``gpu_step.gpu_run``
+    gives (the card's attention kernels, the rank's predicted seconds: its own ops, by the
+    roofline; the collectives are not timed)."""
+    from tutorial_utils.measurement.flops import StepFlopCounter
 
-    how = {
-        "fsdp2": "FSDP2 fully_shard on every block, then the root (PyTorch's default resharding)",
-        "ddp": f"DDP (gradient buckets: first 1 MiB, then {DDP_BUCKET_CAP_MB} MiB)",
-    }[shard]
-    lines = [
-        f"{world_size} GPUs, {how}; what each rank holds (rank 0; batch {workload.batch} per GPU)",
-        describe_workload(Estimate(workload, card, "")),
-        "predicted (dry run on fake tensors over PyTorch's fake process group, one process); GiB; "
-        "by category at the rank's peak (gather, scatter: FSDP2's all-gather and reduce-scatter "
-        "buffers; buckets: DDP's); alloc, reserved: the rank's allocations replayed through "
-        "the emulated caching allocator (no NCCL buffers); smi: reserved + the CUDA context; "
-        "margin: the budget less reserved; attention: the CPU's SDPA kernel, not --gpu's",
-        card.describe(),
-        "",
-        f"{'strategy':<24}"
-        + "".join(f" {label:>7}" for label in COLUMNS.values())
-        + f" {'peak/rank':>9} {'alloc':>6} {'reserved':>8} {'smi':>6} {'margin':>6}",
-    ]
-    for strategy, report in rows:
-        if isinstance(report, str):
-            lines.append(f"{strategy.name:<24} {report}")
-            continue
-        cells = "".join(f" {report.breakdown[c] / GiB:>7,.2f}" for c in COLUMNS)
-        replayed = rank_allocator(report, card)
-        lines.append(
-            f"{strategy.name:<24}{cells} {report.peak_bytes / GiB:>9,.2f}"
-            f" {replayed.max_allocated_bytes / GiB:>6,.2f}"
-            f" {replayed.max_reserved_bytes / GiB:>8,.2f}"
-            f" {(replayed.max_reserved_bytes + card.context_bytes) / GiB:>6,.2f}"
-            f" {(replayed.margin_bytes or 0) / GiB:>+6,.2f}"
+    flops = StepFlopCounter()
+    machine = quoted_machine(card, workload.precision)
+    roofline = StepRoofline(machine) if machine is not None else contextlib.nullcontext()
+    with as_gpu_runs(card), recording_kernels() as kernels:
+        report = estimate_rank(
+            workload,
+            strategy,
+            sharding.world_size,
+            sharding.shard,
+            reduce_dtype=sharding.reduce_dtype,
+            limit_bytes=limit_bytes,
+            tracked_context=lambda: _entered(flops, roofline),
         )
-    return "\n".join(part for line in lines for part in textwrap.wrap(line, 120) or [""])
+    seconds = roofline.seconds if isinstance(roofline, StepRoofline) else None
+    step = StepReport(
+        peak_bytes=report.peak_bytes,
+        breakdown=dict(report.breakdown),
+        activation_peak_bytes=report.activation_peak_bytes,
+        baseline_bytes=report.baseline_bytes,
+        seconds=None,
+        strategy=strategy,
+        batch_size=workload.batch,
+        device="meta",  # fake tensors: a dry run, as on meta
+        flops=flops.result(),
+        phase_peak_bytes=report.phase_peak_bytes,
+        allocations=report.allocations if record_allocations else None,
+    )
+    return step, GpuRun(list(kernels), seconds)
 
 
-def run_sharded(
-    workload: Workload,
-    strategies: Sequence[Strategy],
-    card: Card,
-    world_size: int | None,
-    shard: str | None,
-) -> int:
-    """The command's ``--gpus N --shard fsdp2|ddp``: one row per strategy, printed."""
-    if world_size is None or shard is None:
-        raise ValueError("--gpus and --shard go together: e.g. --gpus 8 --shard fsdp2")
-    if shard not in SHARDS:
-        raise ValueError(f"--shard must be one of {', '.join(SHARDS)}, got {shard!r}")
-    _refuse_autocast(workload)
-    print(f"predicting rank 0 of {world_size} on fake tensors...", file=sys.stderr, flush=True)
-    started = time.perf_counter()
-    rows: list[tuple[Strategy, RankReport | str]] = []
-    for strategy in strategies:
-        if strategy.gpu_only:
-            rows.append((strategy, OFFLOAD_NOTE))
-            continue
-        rows.append((strategy, estimate_rank(workload, strategy, world_size, shard)))
-    print(rank_table(workload, rows, card, world_size, shard))
-    print(f"\ndry runs of the strategies: {time.perf_counter() - started:.1f} s")
-    return 0
+@contextlib.contextmanager
+def _entered(*contexts: contextlib.AbstractContextManager) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        for context in contexts:
+            stack.enter_context(context)
+        yield
