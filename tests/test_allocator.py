@@ -14,8 +14,7 @@ from tutorial_utils.measurement.allocator import (
     rounded_bytes,
     segment_bytes,
 )
-
-MiB = 2**20
+from tutorial_utils.units import MiB
 
 
 def test_rounding_and_segment_sizes():

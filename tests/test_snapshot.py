@@ -15,9 +15,9 @@ from tutorial_utils.estimate.gpu_step import as_gpu_runs
 from tutorial_utils.estimate.snapshot import snapshot, write_step_snapshot
 from tutorial_utils.estimate.strategies import parse_strategy
 from tutorial_utils.measurement.allocator import AllocationEvent, AllocationLog, replay
+from tutorial_utils.units import MiB
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-MiB = 2**20
 
 
 @pytest.mark.parametrize("expandable", [False, True])

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from importlib import metadata
+from typing import TypeVar
 
 from tutorial_utils.units import GiB, MiB
 
@@ -205,7 +206,10 @@ SDPA_RULES = (
 )
 
 
-def _covering(rules, version: str):
+_Rule = TypeVar("_Rule", CublasRule, SdpaRuleSet)
+
+
+def _covering(rules: tuple[_Rule, ...], version: str) -> tuple[_Rule, bool]:
     """The rule set whose range holds ``version``, and whether one did (else the nearest)."""
     wanted = _minor(version)
     for rule in rules:
@@ -307,6 +311,10 @@ def _card(
 _DATASHEET = "NVIDIA {} datasheet"
 _SXM = _DATASHEET + ", SXM"
 _WHITEPAPER = "NVIDIA {} whitepaper (tensor FP16/BF16, FP32 accumulate)"
+# the memory NVML reports (nvidia-smi's total), as Modal tables it for each GPU it rents
+_SMI_TOTAL = (
+    "nvidia-smi memory.total, as tabled at thundergolfer.com/blog/nvidia-gpu-memory-capacity"
+)
 GPUS: dict[str, GpuModel] = {
     "any": GpuModel("any GPU"),
     "cpu": GpuModel("no GPU named: the CPU's SDPA kernels"),
@@ -325,11 +333,16 @@ GPUS: dict[str, GpuModel] = {
     "a10g": _card("A10G", (8, 6), 24, 70e12, 31.2e12, 600e9,
                   "AWS's A10G has no NVIDIA datasheet; as tabled by baseten.co/blog/"
                   "nvidia-a10-vs-a10g-for-ml-model-inference"),
-    "l4": _card("L4", (8, 9), 24, 121e12, 30.3e12, 300e9, _DATASHEET.format("L4")),
-    "a100-40gb": _card("A100 40GB", (8, 0), 40, 312e12, 19.5e12, 1555e9, _SXM.format("A100")),
-    "a100-80gb": _card("A100 80GB", (8, 0), 80, 312e12, 19.5e12, 2039e9, _SXM.format("A100")),
-    "h100": _card("H100", (9, 0), 80, 989e12, 67e12, 3.35e12, _SXM.format("H100")),
-    "h200": _card("H200", (9, 0), 141, 989e12, 67e12, 4.8e12, _SXM.format("H200")),
+    "l4": _card("L4", (8, 9), 24, 121e12, 30.3e12, 300e9, _DATASHEET.format("L4"),
+                memory_bytes=23_034 * MiB, memory_source=_SMI_TOTAL),
+    "a100-40gb": _card("A100 40GB", (8, 0), 40, 312e12, 19.5e12, 1555e9, _SXM.format("A100"),
+                       memory_source=_SMI_TOTAL),
+    "a100-80gb": _card("A100 80GB", (8, 0), 80, 312e12, 19.5e12, 2039e9, _SXM.format("A100"),
+                       memory_source=_SMI_TOTAL),
+    "h100": _card("H100", (9, 0), 80, 989e12, 67e12, 3.35e12, _SXM.format("H100"),
+                  memory_bytes=81_559 * MiB, memory_source=_SMI_TOTAL),
+    "h200": _card("H200", (9, 0), 141, 989e12, 67e12, 4.8e12, _SXM.format("H200"),
+                  memory_bytes=143_771 * MiB, memory_source=_SMI_TOTAL),
     "3090": _card("RTX 3090", (8, 6), 24, 71e12, 35.6e12, 936e9,
                   _WHITEPAPER.format("Ampere GA102")),
     "4090": _card("RTX 4090", (8, 9), 24, 165.2e12, 82.6e12, 1008e9,
@@ -342,7 +355,8 @@ GPUS: dict[str, GpuModel] = {
                   "cards (the 4090's whitepaper figure); 104.8 TFLOP/s fp32, 1,792 GB/s"),
     "l40s": _card("L40S", (8, 9), 48, 362e12, 91.6e12, 864e9,
                   "NVIDIA L40S datasheet table as listed by mullet.se (product 355414): "
-                  "362.05 TFLOP/s BF16/FP16 tensor dense, 91.6 fp32, 864 GB/s"),
+                  "362.05 TFLOP/s BF16/FP16 tensor dense, 91.6 fp32, 864 GB/s",
+                  memory_bytes=46_068 * MiB, memory_source=_SMI_TOTAL),
     "a6000": _card("RTX A6000", (8, 6), 48, 154.8e12, 38.7e12, 768e9,
                    "Microway's Ampere comparison as quoted by llmperf.net (154.8 TFLOP/s "
                    "FP16/BF16 tensor dense); 38.71 TFLOP/s fp32, 768 GB/s (sysrqmts.com)"),
