@@ -96,7 +96,7 @@ class Card:
             f"CUDA context {self.context_bytes / GiB:,.2f} GiB{held} = "
             f"{self.budget_bytes / GiB:,.2f} GiB the caching allocator can reserve ({segments}; "
             f"cuBLAS workspaces {self.workspace_bytes / MiB:,.3g} MiB a thread)\n"
-            f"CUDA context quoted, not measured here: {self.context_source}"
+            f"CUDA context quoted, not measured: {self.context_source}"
             + ("; held back: --reserve, assumed" if self.reserve_bytes else "")
             + self._describe_gpu()
         )
