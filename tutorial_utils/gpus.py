@@ -152,7 +152,8 @@ CUBLAS_RULES = (
         ("2.0", "2.14"),
         'parseChosenWorkspaceSize: ":4096:2:16:8 default, 32MiB for Hopper" (sm90 only), '
         "every cuBLAS handle's workspace from the caching allocator (pytorch/pytorch at "
-        "26a39059; the project's reading for torch 2.14.1)",
+        "26a39059), as the project read it for torch 2.14.1; a later copy gives 32 MiB to "
+        "majors 9, 10 and 12, in a release not identified here",
         default_bytes=4096 * 1024 * 2 + 16 * 1024 * 8,
         large_bytes=4096 * 8 * 1024,
         large_sms=((9, 0),),
