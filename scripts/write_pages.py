@@ -1,7 +1,8 @@
-"""Write the README's tour and headline tables and docs/RESULTS.md's run sections from the notebooks.
+"""Write the README's tour, headline and card tables and docs/RESULTS.md's run sections.
 
 A figure typed into a page goes stale the next time its notebook runs. So every run figure on
-those pages is read from the committed notebooks: each notebook's headlines (``record_headline``
+those pages is read from the committed notebooks (the list of cards from the GPU table,
+``tutorial_utils.gpus``): each notebook's headlines (``record_headline``
 outputs, read by ``read_headlines``) and its execution metadata (when each cell ran). The script
 rewrites only the text between marker comments (``<!-- pages:NAME:begin -->`` and
 ``<!-- pages:NAME:end -->``); everything else on a page is kept by hand and holds no run figure.
@@ -10,9 +11,6 @@ Minutes for a learner, per notebook core (the cells before "## Exercises"): the 
 reads (non-blank lines of the core's visible code cells at ``CODE_LINES_PER_MINUTE``), its prose
 (words as ``prose_stats.py`` counts them, at ``PROSE_WORDS_PER_MINUTE``) and the time its code
 cells ran in the committed ``cpu`` run.
-
-A time ratio moves by about 0.05 between runs on the shared machine, so the pages show one decimal
-and what holds ("x1.3, beyond noise in CPU time"), not the digit the next run changes.
 
 Usage: python scripts/write_pages.py [--check]   (--check: exit 1 if a page differs, write nothing)
 """
@@ -31,6 +29,7 @@ from pathlib import Path
 from prose_stats import CORE_END, prose_stats, word_count
 
 from tutorial_utils.display.headlines import Headline, read_headlines
+from tutorial_utils.gpus import cards_markdown
 
 ROOT = Path(__file__).resolve().parent.parent
 CODE_LINES_PER_MINUTE = 10  # reading code to follow it, not skimming it
@@ -40,9 +39,6 @@ CORE_MINUTES_TARGET = 180  # issue 42: the seven cores in three hours or less
 # headline yet" row instead of failing the page test; the lead empties this set at merge, once
 # every notebook has been re-executed with its record_headline cells.
 PENDING_HEADLINES: frozenset[str] = frozenset()
-TIME_RATIO = re.compile(r"^(?P<prefix>.*?)(?P<clock>cpu_|wall_)?time_ratio$")
-WORDS = {"cpu": "CPU", "flops": "FLOPs", "ddp": "DDP", "fsdp": "FSDP", "lora": "LoRA"}
-UNITS = (("_mib", " MiB"), ("_s", " s"), ("_tokens", " tokens"))
 
 
 @dataclass(frozen=True)
@@ -137,94 +133,42 @@ def read_run(path: Path) -> NotebookRun:
     )
 
 
-def label(name: str) -> str:
-    return " ".join(WORDS.get(word, word) for word in name.split("_") if word)
-
-
-def time_ratio_text(name: str, value: float, figures: dict[str, object]) -> str:
-    """'x1.3, beyond noise in CPU time': one decimal, and whether the ranges were apart."""
-    match = TIME_RATIO.match(name)
-    assert match is not None
-    clock = {"cpu_": "CPU time", "wall_": "wall time"}.get(match.group("clock") or "", "time")
-    noise = figures.get(f"{match.group('prefix')}beyond_noise", figures.get("beyond_noise"))
-    subject = label(match.group("prefix"))
-    verdict = (
-        "beyond noise" if noise is True else "within noise" if noise is False else "noise unknown"
-    )
-    return f"{subject + ' ' if subject else ''}x{value:.1f}, {verdict} in {clock}"
-
-
-def figure_text(name: str, value: object, figures: dict[str, object]) -> str | None:
-    """One figure as a page shows it, with its unit; None for what another figure already says."""
-    if name.endswith("beyond_noise"):
-        prefix = name[: -len("beyond_noise")]
-        ratios = [k for k in figures if TIME_RATIO.match(k) and k.startswith(prefix)]
-        return (
-            None if ratios else f"{label(prefix)} beyond noise: {'yes' if value else 'no'}".strip()
-        )
-    if isinstance(value, bool):
-        return f"{label(name)}: {'yes' if value else 'no'}"
-    if isinstance(value, str):
-        return f"{label(name)}: {value}"
-    assert isinstance(value, int | float)
-    if TIME_RATIO.match(name):
-        return time_ratio_text(name, value, figures)
-    if name.endswith("_ratio"):
-        return f"{label(name[: -len('_ratio')])} x{value:.2f}"
-    for suffix, unit in UNITS:
-        if name.endswith(suffix):
-            number = f"{value:,}" if isinstance(value, int) else f"{value:,.1f}"
-            return f"{label(name[: -len(suffix)])} {number}{unit}"
-    return f"{label(name)} {value:,}" if isinstance(value, int) else f"{label(name)} {value:.3g}"
-
-
-def sentence_text(headline: Headline) -> str:
-    """The headline's sentence as the run printed it, each time ratio to one decimal: the
-    second decimal is what the next run changes (FLOP ratios and memory keep theirs)."""
-    text = headline["text"]
-    for name, value in headline["figures"].items():
-        if (
-            TIME_RATIO.match(name)
-            and isinstance(value, int | float)
-            and not isinstance(value, bool)
-        ):
-            text = re.sub(rf"x{value:.2f}(?!\d)", f"x{value:.1f}", text)
-    return text
-
-
-def figures_text(headline: Headline) -> str:
-    figures: dict[str, object] = dict(headline["figures"])
-    shown = [figure_text(name, value, figures) for name, value in figures.items()]
-    return "; ".join(text for text in shown if text)
-
-
 def cell(text: str) -> str:
     """Text safe inside a Markdown table cell."""
     return " ".join(text.replace("|", "\\|").split())
 
 
+def markdown_table(columns: list[tuple[str, str]], rows: list[list[str]]) -> str:
+    """A Markdown table: each column a (header, alignment: "---" or "---:"), each row its cells."""
+    lines = [[header for header, _ in columns], [align for _, align in columns], *rows]
+    return "\n".join("|" + "|".join(f" {c} " if c else " " for c in line) + "|" for line in lines)
+
+
 def tour_table(runs: list[NotebookRun]) -> str:
-    rows = [
-        "| notebook | what it teaches | minutes: code + prose + run = core |",
-        "| --- | --- | --- |",
-    ]
-    total = 0.0
+    rows, total = [], 0.0
     for run in runs:
         code, prose, wait = run.minutes
         total += code + prose + wait
-        link = f"[`{run.stem}`](notebooks/{run.stem}.ipynb)"
         rows.append(
-            f"| {link} | {cell(run.title)} | {code:.0f} + {prose:.0f} + {wait:.1f} = "
-            f"**{code + prose + wait:.0f}** |"
+            [
+                f"[`{run.stem}`](notebooks/{run.stem}.ipynb)",
+                cell(run.title),
+                f"{code:.0f} + {prose:.0f} + {wait:.1f} = **{code + prose + wait:.0f}**",
+            ]
         )
-    rows.append(f"| the seven cores | | **{total:.0f}** (target: {CORE_MINUTES_TARGET} or less) |")
+    rows.append(["the seven cores", "", f"**{total:.0f}** (target: {CORE_MINUTES_TARGET} or less)"])
+    columns = [
+        ("notebook", "---"),
+        ("what it teaches", "---"),
+        ("minutes: code + prose + run = core", "---"),
+    ]
     note = (
         f"Minutes for each core (the notebook before its exercises): its code at "
         f"{CODE_LINES_PER_MINUTE} lines a minute, its prose at {PROSE_WORDS_PER_MINUTE} words a "
         f"minute, and the time its code cells ran in the committed run "
         f"({runs_summary(runs)}), from the notebooks' execution metadata."
     )
-    return note + "\n\n" + "\n".join(rows)
+    return note + "\n\n" + markdown_table(columns, rows)
 
 
 def runs_summary(runs: list[NotebookRun]) -> str:
@@ -236,26 +180,42 @@ def runs_summary(runs: list[NotebookRun]) -> str:
 
 
 def headline_table(runs: list[NotebookRun]) -> str:
-    rows = ["| notebook | result, as its run printed it |", "| --- | --- |"]
+    rows = []
     for run in runs:
         if not run.headlines:
-            rows.append(f"| `{run.stem}` | (no headline recorded yet) |")
+            rows.append([f"`{run.stem}`", "(no headline recorded yet)"])
         for headline in run.headlines.values():
-            rows.append(f"| `{run.stem}` | {cell(headline['text'])} |")  # verbatim
-    return "\n".join(rows)
+            rows.append([f"`{run.stem}`", cell(headline["text"])])  # verbatim
+    return markdown_table([("notebook", "---"), ("result, as its run printed it", "---")], rows)
+
+
+RUNS_COLUMNS = [
+    ("notebook", "---"),
+    ("profile", "---"),
+    ("torch", "---"),
+    ("run on", "---"),
+    ("whole run s", "---:"),
+    ("core cells s", "---:"),
+    ("code lines", "---:"),
+    ("prose words", "---:"),
+]
 
 
 def runs_table(runs: list[NotebookRun]) -> str:
     rows = [
-        "| notebook | profile | torch | run on | whole run s | core cells s | code lines | prose words |",
-        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: |",
+        [
+            f"`{run.stem}`",
+            run.profile,
+            run.torch_version,
+            run.run_date,
+            f"{run.run_s:.1f}",
+            f"{run.core_run_s:.1f}",
+            str(run.code_lines),
+            str(run.prose_words),
+        ]
+        for run in runs
     ]
-    for run in runs:
-        rows.append(
-            f"| `{run.stem}` | {run.profile} | {run.torch_version} | {run.run_date} | "
-            f"{run.run_s:.1f} | {run.core_run_s:.1f} | {run.code_lines} | {run.prose_words} |"
-        )
-    return "\n".join(rows)
+    return markdown_table(RUNS_COLUMNS, rows)
 
 
 def results_section(runs: list[NotebookRun]) -> str:
@@ -322,6 +282,7 @@ def written_pages(root: Path, runs: list[NotebookRun]) -> dict[Path, str]:
     text = readme.read_text(encoding="utf-8")
     text = replace_between(text, "tour", tour_table(runs), "README.md")
     text = replace_between(text, "headlines", headline_table(runs), "README.md")
+    text = replace_between(text, "cards", cards_markdown(), "README.md")
     pages = {
         readme: text,
         results: replace_between(

@@ -4,8 +4,8 @@ Each case works out the segments and blocks by hand in its comment (MiB = 2**20 
 
 import pytest
 
+from tutorial_utils.gpus import cublas_workspace_bytes
 from tutorial_utils.measurement.allocator import (
-    CUBLAS_WORKSPACE_BYTES,
     AllocationEvent,
     AllocationLog,
     CachingAllocator,
@@ -14,8 +14,7 @@ from tutorial_utils.measurement.allocator import (
     rounded_bytes,
     segment_bytes,
 )
-
-MiB = 2**20
+from tutorial_utils.units import MiB
 
 
 def test_rounding_and_segment_sizes():
@@ -147,11 +146,12 @@ def test_replay_runs_the_step_twice_on_the_cache_and_keeps_workspaces():
         ],
         baseline_events=1,
     )
-    once = replay(log, steps=1)
-    twice = replay(log)
-    allocated = 12 * MiB + rounded_bytes(CUBLAS_WORKSPACE_BYTES) + 16 * MiB
+    workspace = cublas_workspace_bytes(None, "2.14")  # 8 MiB + 128 KiB: a new 20 MiB segment
+    once = replay(log, steps=1, workspace_bytes=workspace)
+    twice = replay(log, workspace_bytes=workspace)
+    allocated = 12 * MiB + rounded_bytes(workspace) + 16 * MiB
     assert once.max_allocated_bytes == twice.max_allocated_bytes == allocated
     assert once.max_reserved_bytes == twice.max_reserved_bytes == (12 + 20 + 16) * MiB
     assert twice.fits and twice.margin_bytes is None
-    tight = replay(log, capacity_bytes=40 * MiB)
+    tight = replay(log, capacity_bytes=40 * MiB, workspace_bytes=workspace)
     assert tight.out_of_memory and not tight.fits

@@ -33,7 +33,8 @@ from tutorial_utils.estimate.estimator import (
 from tutorial_utils.estimate.models import PRESETS, preset_config, repeated_blocks
 from tutorial_utils.estimate.report import estimate_table
 from tutorial_utils.estimate.strategies import parse_strategy
-from tutorial_utils.units import GiB
+from tutorial_utils.gpus import cublas_workspace_bytes
+from tutorial_utils.units import GiB, MiB
 
 ADAM_STEP_BYTES = 4
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -268,8 +269,8 @@ def test_card_sizes():
     with pytest.raises(ValueError, match="--gpu must be one of"):
         parse_card("8GB", gpu="v100")
     hopper = parse_card("80GB", gpu="H100", expandable_segments=True)
-    assert hopper.workspace_bytes == 32 * 2**20 and hopper.expandable_segments
-    assert parse_card("80GB").workspace_bytes == 8 * 2**20 + 128 * 1024
+    assert hopper.workspace_bytes == cublas_workspace_bytes((9, 0)) and hopper.expandable_segments
+    assert parse_card("80GB").workspace_bytes == cublas_workspace_bytes(None)
 
 
 def test_command_prints_the_table(tiny_config, capsys):
@@ -323,7 +324,8 @@ def test_command_replays_the_allocator_of_the_gpu_asked_for(tiny_config, capsys)
     arguments += ["--strategies", "none", "--card", "1GB", "--no-search"]
     assert main([*arguments, "--gpu", "h100", "--expandable-segments"]) == 0
     out = " ".join(capsys.readouterr().out.split())  # the caveats are wrapped at 120 columns
-    assert "(H100)" in out and "expandable segments; cuBLAS workspaces 32 MiB" in out
+    workspace = f"cuBLAS workspaces {cublas_workspace_bytes((9, 0)) / MiB:,.3g} MiB"
+    assert "(H100)" in out and f"expandable segments; {workspace}" in out
     assert "quoted, not measured" in out and "alloc reserved smi" in out
 
 

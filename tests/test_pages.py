@@ -71,7 +71,9 @@ def small_project(tmp_path: Path, ratio: float = 1.34) -> Path:
     (tmp_path / "notebooks").mkdir()
     nbformat.write(nbformat.v4.new_notebook(cells=cells), tmp_path / "notebooks" / "01_small.ipynb")
     (tmp_path / "docs").mkdir()
-    readme = PAGE.format("tour") + PAGE.format("headlines").replace("# Title\n\n", "")
+    readme = PAGE.format("tour") + "".join(
+        PAGE.format(name).replace("# Title\n\n", "") for name in ("headlines", "cards")
+    )
     (tmp_path / "README.md").write_text(readme, encoding="utf-8")
     (tmp_path / "docs" / "RESULTS.md").write_text(PAGE.format("runs"), encoding="utf-8")
     return tmp_path
@@ -84,6 +86,7 @@ def test_the_generator_writes_the_runs_figures_and_keeps_the_hand_kept_text(tmp_
     assert write_pages.main(["--root", str(root), "--check"]) == 0
     readme = (root / "README.md").read_text(encoding="utf-8")
     assert "Kept by hand." in readme and "old" not in readme
+    assert "| `h100` | H100 | 9.0, Hopper |" in readme  # the card list, from the GPU table
     assert "| Checkpointing cost x1.3 CPU time, beyond noise |" in readme
     assert "CPU x1.3, beyond noise in CPU time" not in readme  # the clock is said once
     assert "| Checkpointing cost x1.3 CPU time, beyond noise |" in readme  # verbatim, as printed
@@ -125,38 +128,6 @@ def test_a_page_without_its_markers_is_a_clear_error(
     (root / "docs" / "RESULTS.md").write_text("# Results\n", encoding="utf-8")
     assert write_pages.main(["--root", str(root)]) == 2
     assert "docs/RESULTS.md: needs one <!-- pages:runs:begin -->" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize(
-    ("figures", "shown"),
-    [
-        ({"cpu_time_ratio": 1.26, "beyond_noise": False}, "x1.3, within noise in CPU time"),
-        (
-            {"ddp_cpu_time_ratio": 1.31, "ddp_beyond_noise": True},
-            "DDP x1.3, beyond noise in CPU time",
-        ),
-        ({"wall_time_ratio": 1.04}, "x1.0, noise unknown in wall time"),
-        ({"flops_ratio": 1.264, "saved_mib": 7.69}, "FLOPs x1.26; saved 7.7 MiB"),
-        ({"longest_tokens": 6912, "fits": True}, "longest 6,912 tokens; fits: yes"),
-    ],
-)
-def test_figures_are_shown_with_their_units_and_time_ratios_as_what_holds(
-    figures: dict, shown: str
-) -> None:
-    assert write_pages.figures_text({"key": "k", "text": "t", "figures": figures}) == shown
-
-
-def test_a_sentence_shows_its_time_ratios_to_one_decimal_and_keeps_other_figures() -> None:
-    headline = {
-        "key": "trainer_time",
-        "text": "Checkpointed, train() took x1.36 the plain CPU time (beyond noise), against x1.31 "
-        "its FLOPs; x1.365 elsewhere.",
-        "figures": {"cpu_time_ratio": 1.3551, "beyond_noise": True, "flops_ratio": 1.31},
-    }
-    assert write_pages.sentence_text(headline) == (  # type: ignore[arg-type]
-        "Checkpointed, train() took x1.4 the plain CPU time (beyond noise), against x1.31 "
-        "its FLOPs; x1.365 elsewhere."
-    )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

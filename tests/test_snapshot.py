@@ -14,10 +14,10 @@ from tutorial_utils.estimate.estimator import Workload, build_model, predict_all
 from tutorial_utils.estimate.gpu_step import as_gpu_runs
 from tutorial_utils.estimate.snapshot import snapshot, write_step_snapshot
 from tutorial_utils.estimate.strategies import parse_strategy
-from tutorial_utils.measurement.allocator import AllocationEvent, AllocationLog
+from tutorial_utils.measurement.allocator import AllocationEvent, AllocationLog, replay
+from tutorial_utils.units import MiB
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-MiB = 2**20
 
 
 @pytest.mark.parametrize("expandable", [False, True])
@@ -65,7 +65,7 @@ def test_memory_viz_renders_the_snapshot_and_it_matches_the_replay(
 def test_an_out_of_memory_replay_ends_with_an_oom_entry():
     # a 2 MiB segment, then a 30 MiB request that a 20 MiB capacity cannot hold
     log = AllocationLog([AllocationEvent("malloc", 0, MiB), AllocationEvent("malloc", 1, 30 * MiB)])
-    data = snapshot(log, capacity_bytes=20 * MiB, steps=1)
+    data = snapshot(replay(log, capacity_bytes=20 * MiB, steps=1, record_trace=True))
     last = data["device_traces"][0][-1]
     assert last["action"] == "oom" and last["size"] == 30 * MiB
     assert last["device_free"] == 18 * MiB

@@ -11,7 +11,7 @@ from typing import NoReturn
 
 from tutorial_utils.articles.profiles import PROFILES, get_profile
 from tutorial_utils.checkpointing.kinds import default_spellings, spelled, strategy_spellings
-from tutorial_utils.estimate.card import GPU_CHOICES, gpu_help
+from tutorial_utils.gpus import gpu_choices, gpu_help
 
 __all__ = ["build_parser", "main"]
 
@@ -173,11 +173,12 @@ def _add_gpu_arguments(estimate: argparse.ArgumentParser) -> None:
         "--gpu",
         default="any",
         type=str.lower,
-        choices=GPU_CHOICES,
+        choices=gpu_choices(),
         metavar="NAME",
         help=f"the GPU model: {gpu_help()}; any or cpu: none named, the CPU's attention "
         "kernels. It sets the SDPA kernel the dry run keeps, the card's memory, its quoted peaks "
-        "for the predicted step time and cuBLAS's workspace (32 MiB on sm90)",
+        "for the predicted step time, its CUDA context and cuBLAS's workspace "
+        "(the table in tutorial_utils/gpus.py)",
     )
     estimate.add_argument(
         "--reserve",

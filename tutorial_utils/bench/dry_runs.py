@@ -31,6 +31,8 @@ from tutorial_utils.bench.rows import (
     FLAT_SEGMENTS,
     NETA_ARTICLE_BATCHES,
     NETA_CHECKPOINTED,
+    NETA_SETTINGS,
+    ROW_COLUMNS,
     SELECTIVE_REGIONS,
     VGG16_ARTICLE,
     VGG16_FLAT,
@@ -39,6 +41,7 @@ from tutorial_utils.bench.rows import (
     add_ratios,
     bench_row,
     counted_gflop,
+    segment_rows,
 )
 from tutorial_utils.checkpointing.strategy import (
     equal_segments,
@@ -97,9 +100,7 @@ def vgg16_dry_run_rows() -> tuple[list[BenchRow], float, str]:
     reports = [dry_run_step(article, shape)]
     step_seconds = time.perf_counter() - started
     reports.append(dry_run_step(article, shape, equal_segments(ARTICLE_SEGMENTS[1])))
-    rows = add_ratios(
-        [bench_row(VGG16_ARTICLE, f"{r.strategy.segments} segments", r) for r in reports]
-    )
+    rows = segment_rows(VGG16_ARTICLE, reports)
 
     flat = build_on_meta(lambda: vgg16_classifier(DOGCAT_CLASSES, layout="flat"))
     inputs = torch.empty(shape, device="meta")
@@ -186,13 +187,14 @@ def neta_dry_run_rows() -> tuple[list[BenchRow], dict[str, int]]:
     then each setting's largest batch under ``ARTICLE_CARD_BYTES`` by dry-run batch search
     (no plain step at that batch to compare with: ratios n/a).
     """
-    settings = {"none": False, NETA_CHECKPOINTED: True}
     rows: list[BenchRow] = []
     for batch in NETA_ARTICLE_BATCHES:
-        group = [bench_row("NetA", name, _neta_report(on, batch)) for name, on in settings.items()]
+        group = [
+            bench_row("NetA", name, _neta_report(on, batch)) for name, on in NETA_SETTINGS.items()
+        ]
         rows += add_ratios(group)
     largest = {}
-    for name, on in settings.items():
+    for name, on in NETA_SETTINGS.items():
         result = find_max_batch_size(
             functools.partial(NetA, use_checkpoint=on, use_reentrant=False),
             (3, ARTICLE_SIDE, ARTICLE_SIDE),
@@ -265,10 +267,7 @@ def dry_run_bench(deep_chain_pairs: int = DEEP_CHAIN_PAIRS) -> DryRunBench:
 
 
 DRY_RUN_COLUMNS: Columns = (
-    ("model", "model", "{}"),
-    ("checkpointing", "checkpointing", "{}"),
-    ("batch", "batch", "{}"),
-    ("tracked_peak_mib", "tracked peak MiB", "{:.1f}"),
+    *ROW_COLUMNS,
     ("tracked_peak_ratio", "ratio to none", "{:.2f}"),
     ("activation_peak_mib", "activation peak MiB", "{:.1f}"),
     ("step_gflop", "GFLOP per step", "{:.0f}"),

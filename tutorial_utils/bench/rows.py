@@ -38,8 +38,11 @@ __all__ = [
     "image_batch",
     "NETA_ARTICLE_BATCHES",
     "NETA_CHECKPOINTED",
+    "NETA_SETTINGS",
     "RatioFigure",
     "RatioKey",
+    "ROW_COLUMNS",
+    "segment_rows",
     "SELECTIVE_REGIONS",
     "VGG16_ARTICLE",
     "VGG16_FLAT",
@@ -58,6 +61,7 @@ DEEP_CHAIN_PAIRS, DEEP_CHAIN_BATCH = 128, 4096  # issue 23's chain: 257 modules
 
 VGG16_ARTICLE, VGG16_FLAT = "VGG16 (article, 10 modules)", "VGG16 (flat, 40 modules)"
 NETA_CHECKPOINTED = f"{NETA_SEGMENTS} checkpointed segments"
+NETA_SETTINGS = {"none": False, NETA_CHECKPOINTED: True}  # each setting: use_checkpoint
 
 
 class BenchRow(TypedDict):
@@ -142,6 +146,20 @@ def add_ratios(rows: list[BenchRow], base: BenchRow | None = None) -> list[Bench
     return rows
 
 
+def segment_rows(
+    model: str, reports: Sequence[StepReport], gflop: Sequence[float] | None = None
+) -> list[BenchRow]:
+    """One row per equal-segment split of ``model``, named by its segments, with ratios to the
+    first (no checkpointing); ``gflop``: each step's GFLOP by dry run, beside a measured step."""
+    rows = [bench_row(model, f"{r.strategy.segments} segments", r) for r in reports]
+    for row, step_gflop in zip(
+        rows, gflop if gflop is not None else [None] * len(rows), strict=True
+    ):
+        if step_gflop is not None:
+            row["step_gflop"] = step_gflop
+    return add_ratios(rows)
+
+
 def counted_gflop(report: StepReport) -> float:
     """The GFLOP a dry run counted (every dry run counts them)."""
     if report.flops is None:
@@ -150,3 +168,10 @@ def counted_gflop(report: StepReport) -> float:
 
 
 Columns = Sequence[Column]  # markdown tables (display.tables): n/a where a figure is absent here
+# what every bench table starts with: the row's step and its tracked peak
+ROW_COLUMNS: Columns = (
+    ("model", "model", "{}"),
+    ("checkpointing", "checkpointing", "{}"),
+    ("batch", "batch", "{}"),
+    ("tracked_peak_mib", "tracked peak MiB", "{:.1f}"),
+)

@@ -26,7 +26,8 @@ from tutorial_utils.bench.rows import (
     CIFAR_CLASSES,
     DOGCAT_CLASSES,
     FLAT_SEGMENTS,
-    NETA_CHECKPOINTED,
+    NETA_SETTINGS,
+    ROW_COLUMNS,
     VGG16_ARTICLE,
     VGG16_FLAT,
     BenchRow,
@@ -35,6 +36,7 @@ from tutorial_utils.bench.rows import (
     bench_row,
     counted_gflop,
     image_batch,
+    segment_rows,
 )
 from tutorial_utils.checkpointing.strategy import (
     Strategy,
@@ -89,29 +91,24 @@ def run_bench(
         records = sweep_strategies(
             sequential, inputs, targets, splits, device=device, repeats=repeats
         )
-        group = [bench_row(name, f"{r.strategy.segments} segments", r) for r in records]
-        for row, split in zip(group, splits, strict=True):
-            row["step_gflop"] = dry_run_gflop(sequential, inputs.shape, split)
-        rows += add_ratios(group)
+        gflop = [dry_run_gflop(sequential, inputs.shape, split) for split in splits]
+        rows += segment_rows(name, records, gflop)
     del article, sequential, records
 
     inputs, targets = image_batch(batch, profile.cifar_image_size, CIFAR_CLASSES)
     neta_rows = []
-    for use_checkpoint in (False, True):
+    for setting, use_checkpoint in NETA_SETTINGS.items():
         torch.manual_seed(0)
         model = NetA(use_checkpoint=use_checkpoint, use_reentrant=False)
         report = measure_step(model, inputs, targets, device=device, repeats=repeats)
-        row = bench_row("NetA", NETA_CHECKPOINTED if use_checkpoint else "none", report)
+        row = bench_row("NetA", setting, report)
         row["step_gflop"] = dry_run_gflop(model, inputs.shape)
         neta_rows.append(row)
     return rows + add_ratios(neta_rows)
 
 
 COLUMNS: Columns = (
-    ("model", "model", "{}"),
-    ("checkpointing", "checkpointing", "{}"),
-    ("batch", "batch", "{}"),
-    ("tracked_peak_mib", "tracked peak MiB", "{:.1f}"),
+    *ROW_COLUMNS,
     ("tracked_peak_ratio", "ratio", "{:.2f}"),
     ("activation_peak_mib", "activation peak MiB", "{:.1f}"),
     ("activation_peak_ratio", "ratio", "{:.2f}"),

@@ -1,6 +1,6 @@
 """A dry run as the chosen GPU would run it: its attention kernels and its predicted step time.
 
-``--gpu`` names a card (``card.GPUS``): its compute capability decides which SDPA kernel each
+``--gpu`` names a card (a row of ``tutorial_utils.gpus.GPUS``): its compute capability decides which SDPA kernel each
 attention call runs (``measurement.gpu_attention``'s rules for the installed torch), so the dry
 run keeps what that kernel keeps; its quoted peak FLOP/s and bandwidth, at an assumed share
 (``EFFICIENCY``), turn the dry run's ops into seconds by the project's roofline
@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 
 from tutorial_utils.estimate.card import Card
 from tutorial_utils.measurement.gpu_attention import (
-    TORCH_RULES_VERSION,
     SdpaRules,
     describe_kernels,
     gpu_attention_rules,
@@ -61,7 +60,9 @@ def describe_rules(card: Card) -> str:
     )
     return (
         f"attention: the SDPA kernel the {card.model.name} (sm{rules.sm[0]}{rules.sm[1]}) picks "
-        f"by torch {TORCH_RULES_VERSION}'s sdp_utils rules, with {whose}; "
+        f"by torch {rules.torch_versions}'s sdp_utils rules"
+        + ("" if rules.read_for_this_torch else " (nearest to this torch's, assumed)")
+        + f", with {whose}; "
         "the dry run keeps what that kernel keeps for backward"
     )
 

@@ -1,11 +1,11 @@
 """A dry run's step as a CUDA memory snapshot: the timeline of a full-size GPU step, before you
 rent the GPU (``estimate --snapshot FILE``).
 
-The replay through the emulated caching allocator (``measurement.allocator``) knows every
-request, segment and free of the step. ``write_snapshot`` pickles them in the format of
-``torch.cuda.memory._dump_snapshot`` (a dict of ``segments`` and ``device_traces``, documented
-in ``torch.cuda.memory._snapshot``), which pytorch.org/memory_viz opens and
-``torch.cuda._memory_viz`` renders (``segsum``, ``trace``, ``segments``, ``memory``,
+The replay through the emulated caching allocator (``measurement.allocator.replay`` with
+``record_trace``) knows every request, segment and free of the step. ``write_snapshot`` pickles
+them in the format of ``torch.cuda.memory._dump_snapshot`` (a dict of ``segments`` and
+``device_traces``, documented in ``torch.cuda.memory._snapshot``), which pytorch.org/memory_viz
+opens and ``torch.cuda._memory_viz`` renders (``segsum``, ``trace``, ``segments``, ``memory``,
 ``trace_plot``). It is a prediction: the addresses are the emulation's, no stack frames were
 recorded (each entry's one frame says what asked: the state before the step, step 1, step 2,
 cuBLAS's workspace), and there are no timestamps.
@@ -17,13 +17,12 @@ import pickle
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tutorial_utils.measurement.allocation_log import TraceEntry
 from tutorial_utils.measurement.allocator import (
-    CUBLAS_WORKSPACE_BYTES,
-    AllocationLog,
+    AllocatorPrediction,
     Block,
     CachingAllocator,
-    TraceEntry,
-    run_steps,
+    replay,
 )
 
 if TYPE_CHECKING:
@@ -102,19 +101,12 @@ def _segments(allocator: CachingAllocator, labels: dict[int, str]) -> list[dict[
     return segments
 
 
-def snapshot(
-    log: AllocationLog,
-    *,
-    capacity_bytes: int | None = None,
-    expandable_segments: bool = False,
-    workspace_bytes: int = CUBLAS_WORKSPACE_BYTES,
-    steps: int = 2,
-) -> dict[str, Any]:
-    """The replay of ``log`` (as ``measurement.allocator.replay`` runs it) as the dict
+def snapshot(prediction: AllocatorPrediction) -> dict[str, Any]:
+    """A replay kept with its trace (``replay(log, ..., record_trace=True)``) as the dict
     ``torch.cuda.memory._snapshot()`` returns: the segments at the end, and every action."""
-    allocator = CachingAllocator(capacity_bytes, expandable_segments, record_trace=True)
-    run_steps(allocator, log, steps=steps, workspace_bytes=workspace_bytes)
-    assert allocator.trace is not None
+    allocator = prediction.allocator
+    if allocator is None or allocator.trace is None:
+        raise ValueError("snapshot needs replay(..., record_trace=True)")
     labels: dict[int, str] = {}
     for entry in allocator.trace:  # the last label of each live block's address
         if entry.action == "alloc":
@@ -123,31 +115,16 @@ def snapshot(
     return {
         "segments": _segments(allocator, by_block),
         "device_traces": [[_trace_entry(e) for e in allocator.trace]],
-        "allocator_settings": {"expandable_segments": expandable_segments},
+        "allocator_settings": {"expandable_segments": prediction.expandable_segments},
     }
 
 
-def write_snapshot(
-    log: AllocationLog,
-    path: str | Path,
-    *,
-    capacity_bytes: int | None = None,
-    expandable_segments: bool = False,
-    workspace_bytes: int = CUBLAS_WORKSPACE_BYTES,
-    steps: int = 2,
-) -> Path:
-    """Pickle ``snapshot(log, ...)`` to ``path`` as ``torch.cuda.memory._dump_snapshot`` does;
+def write_snapshot(prediction: AllocatorPrediction, path: str | Path) -> Path:
+    """Pickle ``snapshot(prediction)`` to ``path`` as ``torch.cuda.memory._dump_snapshot`` does;
     open it at pytorch.org/memory_viz. Returns the path written."""
     path = Path(path).expanduser()
-    data = snapshot(
-        log,
-        capacity_bytes=capacity_bytes,
-        expandable_segments=expandable_segments,
-        workspace_bytes=workspace_bytes,
-        steps=steps,
-    )
     with path.open("wb") as file:
-        pickle.dump(data, file)
+        pickle.dump(snapshot(prediction), file)
     return path
 
 
@@ -169,10 +146,11 @@ def write_step_snapshot(
     with as_gpu_runs(card):
         report = train_step(model, workload, strategy, record_allocations=True)
     assert report.allocations is not None
-    return write_snapshot(
+    replayed = replay(
         report.allocations,
-        path,
         capacity_bytes=card.budget_bytes,
         expandable_segments=card.expandable_segments,
         workspace_bytes=card.workspace_bytes,
+        record_trace=True,
     )
+    return write_snapshot(replayed, path)

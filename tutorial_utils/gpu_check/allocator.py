@@ -23,12 +23,8 @@ from tutorial_utils.gpu_check.report import (
     tolerance_failures,
 )
 from tutorial_utils.gpu_check.runner import Budget, Section
-from tutorial_utils.measurement.allocator import (
-    CUBLAS_WORKSPACE_BYTES,
-    CUBLAS_WORKSPACE_HOPPER_BYTES,
-    AllocatorPrediction,
-    replay,
-)
+from tutorial_utils.gpus import cublas_workspace_bytes as table_workspace_bytes
+from tutorial_utils.measurement.allocator import AllocatorPrediction, replay
 from tutorial_utils.measurement.gpu_attention import SdpaRules, device_rules, gpu_attention_rules
 from tutorial_utils.units import MiB
 
@@ -66,15 +62,14 @@ ALLOCATOR_COLUMNS = columns_of(AllocatorRow)
 
 
 def cublas_workspace_bytes(device: torch.device) -> int:
-    """cuBLAS's workspace per thread on ``device``: 32 MiB on Hopper (9.0), else the default."""
-    hopper = torch.cuda.get_device_capability(device) == (9, 0)
-    return CUBLAS_WORKSPACE_HOPPER_BYTES if hopper else CUBLAS_WORKSPACE_BYTES
+    """cuBLAS's workspace per thread on ``device`` under the installed torch (the GPU table)."""
+    return table_workspace_bytes(torch.cuda.get_device_capability(device))
 
 
 def predicted_counters(
     workload: Workload,
     strategy: str,
-    workspace_bytes: int = CUBLAS_WORKSPACE_BYTES,
+    workspace_bytes: int | None = None,
     rules: SdpaRules | None = None,
 ) -> AllocatorPrediction:
     """The workload's dry run replayed: the first step on an empty cache, the second on the

@@ -40,7 +40,16 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
+
+from tutorial_utils.gpus import cublas_workspace_bytes
+from tutorial_utils.measurement.allocation_log import (
+    AllocationEvent,
+    AllocationLog,
+    EventKind,
+    TraceAction,
+    TraceEntry,
+)
+from tutorial_utils.units import MiB
 
 __all__ = [
     "AllocationEvent",
@@ -48,8 +57,6 @@ __all__ = [
     "AllocatorPrediction",
     "Block",
     "CachingAllocator",
-    "CUBLAS_WORKSPACE_BYTES",
-    "CUBLAS_WORKSPACE_HOPPER_BYTES",
     "EmulatedOutOfMemory",
     "EventKind",
     "replay",
@@ -58,60 +65,12 @@ __all__ = [
 ]
 
 MIN_BLOCK_BYTES = 512
-SMALL_REQUEST_BYTES = 2**20  # the largest request served from the small pool
-SMALL_SEGMENT_BYTES = 2 * 2**20
-LARGE_SEGMENT_BYTES = 20 * 2**20  # requests between 1 and 10 MiB share segments of this size
-MIN_LARGE_ALLOC_BYTES = 10 * 2**20
-ROUND_LARGE_BYTES = 2 * 2**20
+SMALL_REQUEST_BYTES = MiB  # the largest request served from the small pool
+SMALL_SEGMENT_BYTES = 2 * MiB
+LARGE_SEGMENT_BYTES = 20 * MiB  # requests between 1 and 10 MiB share segments of this size
+MIN_LARGE_ALLOC_BYTES = 10 * MiB
+ROUND_LARGE_BYTES = 2 * MiB
 _ADDRESS_SPACE_BYTES = 2**44  # an expandable segment's virtual range (16 TiB): never the limit
-
-# cuBLAS takes a workspace from the caching allocator the first time a thread multiplies matrices
-# and keeps it: ``CUBLAS_WORKSPACE_CONFIG``'s default ":4096:2:16:8" (8 MiB + 128 KiB), 32 MiB on
-# Hopper (compute capability 9.0). Quoted from aten/src/ATen/cuda/CublasHandlePool.cpp.
-CUBLAS_WORKSPACE_BYTES = 4096 * 1024 * 2 + 16 * 1024 * 8
-CUBLAS_WORKSPACE_HOPPER_BYTES = 32 * 2**20
-
-EventKind = Literal["malloc", "free", "workspace"]
-TraceAction = Literal[
-    "alloc",
-    "free_requested",
-    "free_completed",
-    "segment_alloc",
-    "segment_free",
-    "segment_map",
-    "segment_unmap",
-    "oom",
-]
-
-
-class TraceEntry(NamedTuple):
-    """One action of the emulated allocator, as ``torch.cuda.memory._record_memory_history``
-    records them (``label``: what asked, e.g. "step 2")."""
-
-    action: TraceAction
-    address: int
-    nbytes: int
-    label: str
-    device_free_bytes: int = 0  # an "oom": what the card had left beyond the reserved bytes
-
-
-class AllocationEvent(NamedTuple):
-    """One request of a step, in order: a storage of ``nbytes`` allocated or freed (``key`` names
-    it), or a thread's first matrix multiplication (``key`` 0: the calling thread; 1: autograd's
-    backward thread), which takes a cuBLAS workspace."""
-
-    kind: EventKind
-    key: int
-    nbytes: int = 0
-
-
-@dataclass
-class AllocationLog:
-    """A step's events; the first ``baseline_events`` allocated what existed before the step
-    (parameters, optimizer state, inputs)."""
-
-    events: list[AllocationEvent] = field(default_factory=list)
-    baseline_events: int = 0
 
 
 class EmulatedOutOfMemory(RuntimeError):
@@ -231,9 +190,9 @@ class CachingAllocator:
                 free_bytes = (self.capacity_bytes or 0) - self.reserved_bytes
                 self._note("oom", 0, size, free_bytes)
                 raise EmulatedOutOfMemory(
-                    f"tried to allocate {segment_bytes(size) / 2**20:,.1f} MiB with "
-                    f"{self.reserved_bytes / 2**20:,.1f} MiB reserved of "
-                    f"{(self.capacity_bytes or 0) / 2**20:,.1f} MiB"
+                    f"tried to allocate {segment_bytes(size) / MiB:,.1f} MiB with "
+                    f"{self.reserved_bytes / MiB:,.1f} MiB reserved of "
+                    f"{(self.capacity_bytes or 0) / MiB:,.1f} MiB"
                 )
             self.retries += 1
         if self._should_split(block, size):
@@ -454,6 +413,8 @@ class AllocatorPrediction:
     retries: int  # requests that needed the cache released first
     capacity_bytes: int | None
     expandable_segments: bool
+    # with ``replay(..., record_trace=True)``: the allocator at the end, its trace kept
+    allocator: CachingAllocator | None = field(default=None, repr=False, compare=False)
 
     @property
     def fits(self) -> bool:
@@ -472,17 +433,34 @@ def replay(
     *,
     capacity_bytes: int | None = None,
     expandable_segments: bool = False,
-    workspace_bytes: int = CUBLAS_WORKSPACE_BYTES,
+    workspace_bytes: int | None = None,
     steps: int = 2,
+    record_trace: bool = False,
 ) -> AllocatorPrediction:
     """The log's baseline once, then its step ``steps`` times, through one ``CachingAllocator``.
 
     The second step starts on the cache the first left, as every later step of a training loop
     does; what the first step allocated and still held at its end (gradients, the loss) is freed
-    between steps, as ``zero_grad(set_to_none=True)`` and a new loss do. cuBLAS workspaces are
-    taken once per thread and kept."""
-    allocator = CachingAllocator(capacity_bytes, expandable_segments)
-    out_of_memory = not run_steps(allocator, log, steps=steps, workspace_bytes=workspace_bytes)
+    between steps, as ``zero_grad(set_to_none=True)`` and a new loss do. cuBLAS workspaces
+    (``workspace_bytes``; None: the installed torch's with no GPU named, ``tutorial_utils.gpus``)
+    are taken once per thread and kept. With ``record_trace`` each request is labelled "before
+    the step", "step 1", ... (or "cuBLAS workspace") and the allocator is kept for a snapshot."""
+    allocator = CachingAllocator(capacity_bytes, expandable_segments, record_trace=record_trace)
+    workspace = cublas_workspace_bytes(None) if workspace_bytes is None else workspace_bytes
+    live: dict[int, Block] = {}
+    workspaces: dict[int, Block] = {}
+    out_of_memory = False
+    try:
+        allocator.label = "before the step"
+        _run(allocator, log.events[: log.baseline_events], live, workspaces, workspace)
+        baseline = set(live)
+        for step in range(1, steps + 1):
+            allocator.label = f"step {step}"
+            for key in [key for key in live if key not in baseline]:
+                allocator.free(live.pop(key))
+            _run(allocator, log.events[log.baseline_events :], live, workspaces, workspace)
+    except EmulatedOutOfMemory:
+        out_of_memory = True
     return AllocatorPrediction(
         allocator.max_allocated_bytes,
         allocator.max_reserved_bytes,
@@ -490,32 +468,8 @@ def replay(
         allocator.retries,
         capacity_bytes,
         expandable_segments,
+        allocator if record_trace else None,
     )
-
-
-def run_steps(
-    allocator: CachingAllocator,
-    log: AllocationLog,
-    *,
-    steps: int = 2,
-    workspace_bytes: int = CUBLAS_WORKSPACE_BYTES,
-) -> bool:
-    """``replay``'s run of ``log`` through ``allocator``; False when it ran out of memory. Each
-    request is labelled "before the step", "step 1", ... (or "cuBLAS workspace") in a trace."""
-    live: dict[int, Block] = {}
-    workspaces: dict[int, Block] = {}
-    try:
-        allocator.label = "before the step"
-        _run(allocator, log.events[: log.baseline_events], live, workspaces, workspace_bytes)
-        baseline = set(live)
-        for step in range(1, steps + 1):
-            allocator.label = f"step {step}"
-            for key in [key for key in live if key not in baseline]:
-                allocator.free(live.pop(key))
-            _run(allocator, log.events[log.baseline_events :], live, workspaces, workspace_bytes)
-    except EmulatedOutOfMemory:
-        return False
-    return True
 
 
 def _run(

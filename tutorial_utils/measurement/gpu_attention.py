@@ -4,17 +4,17 @@ On a CUDA tensor ``scaled_dot_product_attention`` picks its kernel at run time
 (``select_sdp_backend``) by the card's compute capability, the dtype, the head dimension, the mask
 and dropout, and what the installed torch and cuDNN support; each kernel saves different tensors
 for backward. A dry run on the meta device cannot ask (there is no card), so ``choose_kernel``
-replays the rules, read on 2026-12-03 from PyTorch's source for the torch this project pins
-(2.14.1; the copy read was pytorch/pytorch at commit 001f694a):
+replays the rules of ``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp``: the priority order
+(flash, memory-efficient, math, cuDNN, from ``aten/src/ATen/Context.h``; cuDNN moved first by
+``check_prefer_cudnn_attention`` with a runtime cuDNN newer than 9.15, as torch's CUDA 13
+wheels ship: 9.24 with 2.14, 9.26 with 2.15.0+cu132) and each backend's ``check_*`` filters used
+below. Which compute capabilities each check admits is data, one set per range of torch
+versions, in the GPU table (``tutorial_utils.gpus.SDPA_RULES``: torch 2.14 and 2.15, with its
+source); a torch outside every range follows the nearest set, and says so
+(``SdpaRules.read_for_this_torch``).
 
-* ``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp``: the priority order (flash,
-  memory-efficient, math, cuDNN; cuDNN moved first by ``check_prefer_cudnn_attention`` on sm90 and
-  sm10x when the runtime cuDNN is newer than 9.15, which torch 2.14's CUDA 13 wheel ships: 9.24)
-  and each backend's ``check_*`` filters used below;
-* ``aten/src/ATen/Context.h``: the default order ``flash, efficient, math, cudnn``.
-
-What each kernel keeps for backward is what autograd saves around its meta function in torch
-2.14.1 (the formula generated from ``tools/autograd/derivatives.yaml``), hand-worked in
+What each kernel keeps for backward is what autograd saves around its meta function in the
+installed torch (the formula generated from ``tools/autograd/derivatives.yaml``), hand-worked in
 ``tests/test_gpu_kernels.py``: every kernel keeps q, k, v and its output, plus: flash a float32
 log-sum-exp [B, H, S] and its RNG state (two uint64 tensors, 24 bytes); memory-efficient a float32
 log-sum-exp [B, H, S rounded up to 32] and a philox seed and offset; cuDNN float32 statistics
@@ -39,10 +39,12 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+
+from tutorial_utils.gpus import SdpaRuleSet, Sm, sdpa_rule_set
 
 __all__ = [
     "active_rules",
@@ -56,7 +58,6 @@ __all__ = [
     "recording_kernels",
     "runtime_cudnn_version",
     "SdpaRules",
-    "TORCH_RULES_VERSION",
     "WHEEL_CUDNN_VERSION",
 ]
 
@@ -69,9 +70,6 @@ KERNEL_LABELS = {  # short: a table's column
     "cpu-flash": "CPU flash",
     "cpu-math": "CPU math SxS",
 }
-TORCH_RULES_VERSION = "2.14"  # the torch whose sdp_utils.cpp the rules were read from
-
-
 # What torch 2.14's CUDA 13.0 wheel ships (nvidia-cudnn-cu13 9.24.0.43): assumed where the
 # installed torch has no cuDNN to ask (a CPU-only build), as a GPU machine would pip-install it.
 WHEEL_CUDNN_VERSION = 92400
@@ -88,29 +86,38 @@ def runtime_cudnn_version() -> int:
 
 @dataclass(frozen=True)
 class SdpaRules:
-    """What the kernel choice depends on besides the tensors: the card's compute capability
-    and the installed torch's CUDA and cuDNN."""
+    """What the kernel choice depends on besides the tensors: the card's compute capability,
+    the installed torch's CUDA and cuDNN, and its rule set (``table``, from the GPU table)."""
 
-    sm: tuple[int, int]
+    sm: Sm
     cudnn_version: int = 0
     cuda_major: int = 13
     assumed: bool = False  # the versions are the CUDA wheel's, not this torch's
+    table: SdpaRuleSet = field(default_factory=lambda: sdpa_rule_set()[0])
+    read_for_this_torch: bool = True  # False: this torch is outside every rule set's range
 
     @classmethod
-    def installed(cls, sm: tuple[int, int]) -> SdpaRules:
-        """The rules for a card of compute capability ``sm`` under the installed torch (a
-        CPU-only build: under torch 2.14's CUDA 13.0 wheel, with its cuDNN)."""
+    def installed(cls, sm: Sm, torch_version: str | None = None) -> SdpaRules:
+        """The rules for a card of compute capability ``sm`` under the installed torch (or
+        ``torch_version``'s rule set); a CPU-only build: under the CUDA 13 wheel, with its cuDNN."""
+        table, exact = sdpa_rule_set(torch_version)
         cudnn = runtime_cudnn_version()
         if not cudnn or torch.version.cuda is None:
-            return cls(sm, WHEEL_CUDNN_VERSION, 13, assumed=True)
-        return cls(sm, cudnn, int(torch.version.cuda.split(".")[0]))
+            return cls(sm, WHEEL_CUDNN_VERSION, 13, True, table, exact)
+        return cls(sm, cudnn, int(torch.version.cuda.split(".")[0]), False, table, exact)
+
+    @property
+    def torch_versions(self) -> str:
+        """The torch versions the rule set was read for, in words ("2.14 to 2.15")."""
+        first, last = self.table.torch_versions
+        return first if first == last else f"{first} to {last}"
 
     @property
     def prefers_cudnn(self) -> bool:
-        """``check_prefer_cudnn_attention``: cuDNN first on sm90 and sm10x with cuDNN > 9.15
-        (CUDA 12 builds: only minor versions 0 and 3)."""
+        """``check_prefer_cudnn_attention``: cuDNN first on the table's majors (sm90 and sm10x)
+        with cuDNN > 9.15 (CUDA 12 builds: only minor versions 0 and 3)."""
         major, minor = self.sm
-        if self.cudnn_version <= 91500 or major not in (9, 10):
+        if self.cudnn_version <= 91500 or major not in self.table.cudnn_first_majors:
             return False
         return self.cuda_major >= 13 or minor in (0, 3)
 
@@ -161,25 +168,27 @@ class AttentionCall:
         )
 
 
-def _in_range(sm: tuple[int, int], low: tuple[int, int], high: tuple[int, int]) -> bool:
-    return low <= sm <= high
+def _in_range(sm: Sm, bounds: tuple[Sm, Sm]) -> bool:
+    return bounds[0] <= sm <= bounds[1]
 
 
 _HALF = (torch.float16, torch.bfloat16)
 
 
 def can_use_flash(rules: SdpaRules, call: AttentionCall) -> bool:
-    """``can_use_flash_attention``: sm80-sm121, fp16/bf16, no mask, equal head dims <= 256,
-    no causal mask over unequal lengths, and the sm86/89/120 backward limit."""
+    """``can_use_flash_attention``: the table's range (sm80-sm121), fp16/bf16, no mask, equal
+    head dims <= 256, no causal mask over unequal lengths, and the sm86-89/120-121 backward
+    limit."""
     d = call.head_dim_qk
-    if not _in_range(rules.sm, (8, 0), (12, 1)) or call.dtype not in _HALF or call.has_mask:
+    table = rules.table
+    if not _in_range(rules.sm, table.flash) or call.dtype not in _HALF or call.has_mask:
         return False
     if d != call.head_dim_v or d > 256:
         return False
     if call.is_causal and call.seq_q != call.seq_k:
         return False
-    consumer = _in_range(rules.sm, (8, 6), (8, 9)) or _in_range(rules.sm, (12, 0), (12, 1))
-    if call.requires_grad and consumer:
+    limited = any(_in_range(rules.sm, bounds) for bounds in table.flash_backward_head_limit)
+    if call.requires_grad and limited:
         return d <= 192 or (call.dropout_p == 0.0 and d > 224)
     return True
 
@@ -193,11 +202,13 @@ def _gemm_alignment(rules: SdpaRules, dtype: torch.dtype) -> int:
 
 
 def can_use_efficient(rules: SdpaRules, call: AttentionCall) -> bool:
-    """``can_use_mem_efficient_attention``: sm50-sm121; fp16/fp32 (bf16 too from sm80); head
-    dims equal for q and k and multiples of the GEMM alignment; masks and dropout accepted."""
-    if not _in_range(rules.sm, (5, 0), (12, 1)):
+    """``can_use_mem_efficient_attention``: the table's range (sm50-sm121); fp16/fp32 (bf16 too
+    from sm80); head dims equal for q and k and multiples of the GEMM alignment; masks and
+    dropout accepted."""
+    if not _in_range(rules.sm, rules.table.efficient):
         return False
-    dtypes = (torch.float16, torch.float32) + ((torch.bfloat16,) if rules.sm[0] >= 8 else ())
+    bf16 = rules.sm >= rules.table.efficient_bf16_from
+    dtypes = (torch.float16, torch.float32) + ((torch.bfloat16,) if bf16 else ())
     if call.dtype not in dtypes:
         return False
     alignment = _gemm_alignment(rules, call.dtype)
@@ -205,21 +216,24 @@ def can_use_efficient(rules: SdpaRules, call: AttentionCall) -> bool:
 
 
 def can_use_cudnn(rules: SdpaRules, call: AttentionCall) -> bool:
-    """``can_use_cudnn_attention``: cuDNN 9 or newer, sm80-sm121, fp16/bf16, dropout a multiple
-    of 1/16, batch and heads <= 65535, head dims multiples of 8 and <= 128 (256 on sm90/sm10x
-    with cuDNN > 9.22; backward then takes <= 128, 192/128 or 256/256), key length not 1."""
+    """``can_use_cudnn_attention``: cuDNN 9 or newer, the table's range (sm80-sm121), fp16/bf16,
+    dropout a multiple of 1/16, batch and heads <= 65535, head dims multiples of 8 and <= 128
+    (256 on the table's sm90/sm10x with cuDNN > 9.22; backward then takes <= 128, 192/128 or
+    256/256), key length not 1."""
     v = rules.cudnn_version
+    table = rules.table
     if v < 90000 or (call.dropout_p > 0 and 91100 < v < 91400):
         return False
-    if not _in_range(rules.sm, (8, 0), (12, 1)) or call.dtype not in _HALF:
+    if not _in_range(rules.sm, table.cudnn) or call.dtype not in _HALF:
         return False
     if call.dropout_p * 16 != math.floor(call.dropout_p * 16):
         return False
     if call.batch > 65535 or call.heads > 65535 or call.seq_k == 1:
         return False
     dq, dv = call.head_dim_qk, call.head_dim_v
-    hopper_like = rules.sm == (9, 0) or rules.sm[0] == 10
-    d256 = hopper_like and v > 92200 and not (rules.sm == (10, 7) and v <= 92500)
+    hopper_like = any(_in_range(rules.sm, bounds) for bounds in table.cudnn_wide_heads)
+    late_sm, late_cudnn = table.cudnn_wide_heads_late
+    d256 = hopper_like and v > 92200 and not (rules.sm == late_sm and v <= late_cudnn)
     limit = 256 if d256 else (192 if hopper_like and v >= 91100 and (dq, dv) == (192, 128) else 128)
     if dq > limit or dv > limit or dq % 8 or dv % 8:
         return False

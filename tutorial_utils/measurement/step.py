@@ -329,22 +329,34 @@ def measure_step(
     )
     optimizer.zero_grad(set_to_none=True)
     allocated_before = _reset_cuda_peaks(device)
-    tracker = TensorMemoryTracker(
-        model,
-        optimizer,
-        inputs=(inputs, targets),
-        device=device,
-        limit_bytes=limit_bytes,
-        round_to_blocks=recording.round_to_blocks,
-        record_timeline=recording.timeline,
-        record_allocations=recording.allocations,
-    )
+    tracker = _step_tracker(model, optimizer, (inputs, targets), device, limit_bytes, recording)
     step = functools.partial(_forward_backward_step, *parts)
     count_flops = dry_run if recording.count_flops is None else recording.count_flops
     flops = _tracked(step, tracker, optimizer, device, autocast, count_flops)
     readings = device_readings(device, allocated_before)  # before the gradients go
     optimizer.zero_grad(set_to_none=True)
     return _report(tracker, strategy, len(inputs), device, (seconds, timing), flops, readings)
+
+
+def _step_tracker(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    tensors: tuple[torch.Tensor, torch.Tensor],
+    device: torch.device,
+    limit_bytes: int | None,
+    recording: Recording,
+) -> TensorMemoryTracker:
+    """The tracker of the measured step: what ``recording`` asks it to keep."""
+    return TensorMemoryTracker(
+        model,
+        optimizer,
+        inputs=tensors,
+        device=device,
+        limit_bytes=limit_bytes,
+        round_to_blocks=recording.round_to_blocks,
+        record_timeline=recording.timeline,
+        record_allocations=recording.allocations,
+    )
 
 
 def _report(
