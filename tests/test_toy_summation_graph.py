@@ -8,8 +8,27 @@ from matplotlib.figure import Figure
 
 from tutorial_utils import plan_checkpoints
 from tutorial_utils.checkpointing.segments import segment_boundaries
-from tutorial_utils.checkpointing.strategy import equal_segments
-from tutorial_utils.lessons.toy_summation_graph import (
+from tutorial_utils.lessons.toy_summation_graph.chain import (
+    chain_cost,
+    every_kth_layer_cost,
+    optimal_k,
+    sequential_cost,
+)
+from tutorial_utils.lessons.toy_summation_graph.figures import (
+    activation_roles,
+    draw_graph,
+    idea_figure,
+    node_positions,
+)
+from tutorial_utils.lessons.toy_summation_graph.panels import (
+    chain_panel,
+    chain_view,
+    evaluation_panel,
+    evaluation_view,
+    growth_panel,
+    growth_view,
+)
+from tutorial_utils.lessons.toy_summation_graph.trees import (
     CONVENTIONS,
     ORDERS,
     STRATEGIES,
@@ -17,31 +36,17 @@ from tutorial_utils.lessons.toy_summation_graph import (
     article_tree,
     balanced_tree,
     build_tree,
-    chain_cost,
-    chain_panel,
     chain_tree,
-    chain_view,
-    compare_with_model,
-    draw_graph,
-    equal_blocks_chain,
     evaluation_order,
-    evaluation_panel,
     evaluation_steps,
-    evaluation_view,
-    every_kth_layer_cost,
-    forward_peak_bytes,
-    growth_panel,
-    growth_view,
-    measured_vs_model_figure,
-    node_positions,
-    optimal_k,
-    peak_growth,
     peak_index,
     peak_memory,
-    schedules_table,
-    sequential_cost,
 )
-from tutorial_utils.measurement.step import sweep_strategies
+from tutorial_utils.tools import peak_bytes
+
+
+def peak_growth(shape, leaf_counts, strategy, convention="article", order="depth_first"):
+    return [peak_memory(build_tree(shape, n), strategy, convention, order) for n in leaf_counts]
 
 
 def brute_force_peak(tree: SummationTree, order: list[int], free: bool, up_front: bool) -> int:
@@ -267,72 +272,11 @@ def test_panels_keep_slider_ranges_consistent():
     assert (leaves.min, leaves.max) == (2, 64)
 
 
-@pytest.fixture(scope="module")
-def small_chain():
-    torch.manual_seed(0)
-    n_blocks, width, batch = 8, 16, 128
-    model = equal_blocks_chain(n_blocks, width)
-    inputs = torch.randn(batch, width)
-    targets = torch.randint(0, width, (batch,))
-    return model, inputs, targets, batch * width * 4
-
-
-def test_equal_blocks_chain_has_one_module_per_block():
-    model = equal_blocks_chain(5, 8)
-    assert len(model) == 5
-    assert all(len(block) == 2 for block in model)
-    with pytest.raises(ValueError):
-        equal_blocks_chain(0, 8)
-
-
-def test_measured_activations_follow_the_chain_model_up_to_a_constant(small_chain):
-    model, inputs, targets, unit_bytes = small_chain
-    splits = [equal_segments(k) for k in (0, 2, 4, 8)]
-    records = sweep_strategies(model, inputs, targets, splits)
-    comparisons = compare_with_model(records, len(model), unit_bytes)
-    assert [c.model_units for c in comparisons] == [
-        sequential_cost(len(model), c.segments).peak_activations for c in comparisons
-    ]
-    extras = [c.extra_units for c in comparisons]
-    assert max(extras) - min(extras) < 0.5, extras
-    assert min(extras) > 0  # the output, the loss and the gradients are real memory too
-    assert isinstance(measured_vs_model_figure(comparisons, len(model), unit_bytes, "t"), Figure)
-
-
-def test_checkpointing_saves_memory_only_when_gradients_are_recorded(small_chain):
-    model, inputs, _, _ = small_chain
-    with_grad = {s: forward_peak_bytes(model, inputs, s, grad_enabled=True) for s in (0, 4)}
-    no_grad = {s: forward_peak_bytes(model, inputs, s, grad_enabled=False) for s in (0, 4)}
-    assert with_grad[4] < with_grad[0]
-    assert no_grad[4] >= no_grad[0]
-    assert no_grad[0] < with_grad[4]
-
-
-def test_checkpointed_backward_keeps_gradients_and_lowers_the_peak():
-    from torch.utils.checkpoint import checkpoint_sequential
-
-    from tutorial_utils.lessons.toy_summation_graph import backward_peak_and_gradients
-
-    torch.manual_seed(0)
-    chain = equal_blocks_chain(8, 16)
-    inputs, targets = torch.randn(64, 16), torch.randint(0, 16, (64,))
-    plain_peak, plain = backward_peak_and_gradients(chain, chain, inputs, targets)
-    peak, gradients = backward_peak_and_gradients(
-        chain,
-        lambda x: checkpoint_sequential(chain, 4, x, use_reentrant=False),
-        inputs,
-        targets,
-    )
-    assert peak < plain_peak
-    assert all(torch.equal(gradients[name], plain[name]) for name in plain)
-
-
-def test_predicted_time_ratios_grow_with_recomputation():
-    from tutorial_utils.lessons.toy_summation_graph import predicted_time_ratios
-
-    ratios = predicted_time_ratios(equal_blocks_chain(8, 16), (64, 16), (0, 2, 8))
-    assert ratios[0] == 1.0
-    assert 1.0 < ratios[2] < ratios[8] < 1.5
+def test_the_idea_figure_keeps_the_segment_inputs_and_the_last_segment():
+    assert activation_roles(8, 0) == ["kept"] * 8
+    roles = activation_roles(8, 4)  # segments [0,2) [2,4) [4,6) checkpointed, [6,8) not
+    assert [i for i, role in enumerate(roles) if role == "kept"] == [1, 3, 5, 6, 7]
+    assert isinstance(idea_figure(8, (0, 4)), Figure)
 
 
 def test_one_thread_restores_the_thread_count():
@@ -344,22 +288,23 @@ def test_one_thread_restores_the_thread_count():
     assert torch.get_num_threads() == before
 
 
-def test_a_nested_schedule_fits_below_one_levels_least_peak_and_says_its_price():
+def test_a_nested_schedule_fits_below_one_levels_least_peak_and_recomputes_more():
     torch.manual_seed(0)
-    chain = equal_blocks_chain(16, 64)  # notebook 01's chain in the ci profile
+    chain = torch.nn.Sequential(
+        *(torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU()) for _ in range(16))
+    )  # notebook 01's chain in the ci profile
     inputs, targets = torch.randn(1024, 64), torch.randint(0, 64, (1024,))
-    unit = 1024 * 64 * 4
     one_level = plan_checkpoints(chain, inputs)
     assert set(one_level.runs) == {1, 2} and len(one_level.runs) == len(chain)
-    nested = plan_checkpoints(chain, inputs, one_level.measured_peak_bytes - unit, nested=True)
-    assert max(nested.runs) >= 3
-    forwards = {
-        "one level": lambda x: one_level.forward(chain, x),
-        "nested": lambda x: nested.forward(chain, x),
-    }
-    runs = {"one level": one_level.runs, "nested": nested.runs}
-    lines = schedules_table(chain, forwards, runs, inputs, targets, unit).splitlines()
-    one, deep = (line.split()[-4:] for line in lines[1:])  # the columns after the name
-    assert float(deep[0]) < float(one[0])  # peak in units, measured
-    assert int(deep[1]) == max(nested.runs) and float(deep[2]) > float(one[2])
-    assert one[3] == deep[3] == "True"  # gradients bitwise equal
+    nested = plan_checkpoints(
+        chain, inputs, one_level.measured_peak_bytes - 1024 * 64 * 4, nested=True
+    )
+    assert max(nested.runs) >= 3 and sum(nested.runs) > sum(one_level.runs)
+
+    def step_peak(forward):
+        loss = lambda: torch.nn.functional.cross_entropy(forward(inputs), targets).backward()  # noqa: E731
+        chain.zero_grad(set_to_none=True)
+        return peak_bytes(loss)
+
+    one_peak = step_peak(lambda x: one_level.forward(chain, x))
+    assert step_peak(lambda x: nested.forward(chain, x)) < one_peak < step_peak(chain)

@@ -6,38 +6,27 @@ import math
 
 from matplotlib.figure import Figure
 
-from tutorial_utils.lessons.toy_summation_graph.chain import (
-    ModelComparison,
-    every_kth_layer_cost,
-    optimal_k,
-    sequential_cost,
-)
+from tutorial_utils.lessons.toy_summation_graph.chain import every_kth_layer_cost, optimal_k
 from tutorial_utils.lessons.toy_summation_graph.trees import (
     ORDERS,
     Step,
     SummationTree,
     build_tree,
     evaluation_steps,
-    peak_growth,
     peak_index,
+    peak_memory,
 )
-from tutorial_utils.units import MiB
 
 __all__ = [
     "ALIVE_COLOR",
-    "FREED_COLOR",
-    "PENDING_COLOR",
     "activation_roles",
     "chain_cost_figure",
     "draw_graph",
     "evaluation_figure",
     "idea_figure",
-    "measured_vs_model_figure",
     "node_positions",
     "peak_growth_figure",
 ]
-
-# --- figures ----------------------------------------------------------------------------------
 
 ALIVE_COLOR = "#f28e2b"
 FREED_COLOR = "#d9d9d9"
@@ -121,11 +110,12 @@ def peak_growth_figure(
         f"{shape} tree, {n_leaves} leaves, {order}: peak {steps[peak_at].memory}", fontsize=10
     )
     counts = list(range(2, max(max_leaves, n_leaves) + 1))
-    curve_ax.plot(counts, peak_growth(shape, counts, "keep_all", convention), label="keep all")
+    trees = [build_tree(shape, count) for count in counts]
+    curve_ax.plot(counts, [peak_memory(t, "keep_all", convention) for t in trees], label="keep all")
     for name in ORDERS:
         curve_ax.plot(
             counts,
-            peak_growth(shape, counts, "free_as_you_go", convention, name),
+            [peak_memory(t, "free_as_you_go", convention, name) for t in trees],
             label=f"free as you go, {name}",
             linewidth=2.5 if name == order else 1.2,
         )
@@ -169,38 +159,6 @@ def chain_cost_figure(n_layers: int, k: int) -> Figure:
     memory_ax.set_title(f"chain of n={n_layers} layers", fontsize=10)
     recompute_ax.set_ylabel("recomputed layer forwards")
     recompute_ax.set_title("extra work", fontsize=10)
-    return figure
-
-
-def measured_vs_model_figure(
-    comparisons: list[ModelComparison], n_blocks: int, unit_bytes: int, title: str
-) -> Figure:
-    """Measured activations next to the model curve (units), and the whole measured peak (MiB)."""
-    figure = Figure(figsize=(10, 3.8), layout="constrained")
-    units_ax, breakdown_ax = figure.subplots(1, 2)
-    counts = list(range(0, n_blocks + 1))
-    model = [sequential_cost(n_blocks, count).peak_activations for count in counts]
-    units_ax.plot(counts, model, color="0.4", label="chain model (stored layer inputs)")
-    measured = [c.measured_units for c in comparisons]
-    segments = [c.segments for c in comparisons]
-    units_ax.plot(segments, measured, "o", color=ALIVE_COLOR, label="measured activations at peak")
-    units_ax.plot(segments, [c.model_units for c in comparisons], "x", color="0.2")
-    units_ax.set_xlabel("segments (checkpoint_sequential)")
-    units_ax.set_ylabel(f"activations (1 unit = {unit_bytes / MiB:.2f} MiB)")
-    units_ax.set_ylim(0, max(max(measured), max(model)) * 1.15)
-    units_ax.legend(fontsize=8)
-    units_ax.set_title(title, fontsize=10)
-    bottom = [0.0] * len(comparisons)
-    positions = range(len(comparisons))
-    for category in ("parameters", "optimizer_state", "gradients", "activations"):
-        heights = [c.breakdown[category] / MiB for c in comparisons]
-        breakdown_ax.bar(positions, heights, bottom=bottom, label=category.replace("_", " "))
-        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
-    breakdown_ax.set_xticks(list(positions), [str(s) for s in segments])
-    breakdown_ax.set_xlabel("segments")
-    breakdown_ax.set_ylabel("tracked peak of the training step (MiB)")
-    breakdown_ax.legend(fontsize=8)
-    breakdown_ax.set_title("what the peak is made of", fontsize=10)
     return figure
 
 

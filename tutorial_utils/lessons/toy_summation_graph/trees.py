@@ -27,10 +27,8 @@ __all__ = [
     "evaluation_order",
     "evaluation_steps",
     "format_steps",
-    "peak_growth",
     "peak_index",
     "peak_memory",
-    "tree_from_sums",
 ]
 
 STRATEGIES = ("keep_all", "free_as_you_go")
@@ -192,14 +190,6 @@ class Step:
         return len(self.alive)
 
 
-def _convention(convention: Convention | str) -> Convention:
-    if isinstance(convention, Convention):
-        return convention
-    if convention not in CONVENTIONS:
-        raise ValueError(f"convention must be one of {tuple(CONVENTIONS)}, got {convention!r}")
-    return CONVENTIONS[convention]
-
-
 def evaluation_steps(
     tree: SummationTree,
     strategy: str = "free_as_you_go",
@@ -213,7 +203,9 @@ def evaluation_steps(
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
-    rules = _convention(convention)
+    rules = convention if isinstance(convention, Convention) else CONVENTIONS.get(convention)
+    if rules is None:
+        raise ValueError(f"convention must be one of {tuple(CONVENTIONS)}, got {convention!r}")
     label = tree.label
     alive: set[int] = set()
     computed: set[int] = set()
@@ -277,14 +269,3 @@ def peak_memory(
 def peak_index(steps: list[Step]) -> int:
     """The first step at which memory peaks."""
     return max(range(len(steps)), key=lambda index: (steps[index].memory, -index))
-
-
-def peak_growth(
-    shape: str,
-    leaf_counts: list[int],
-    strategy: str,
-    convention: Convention | str = "article",
-    order: str = "depth_first",
-) -> list[int]:
-    """``peak_memory`` of ``build_tree(shape, n)`` for each n in ``leaf_counts``."""
-    return [peak_memory(build_tree(shape, n), strategy, convention, order) for n in leaf_counts]
