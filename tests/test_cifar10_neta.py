@@ -84,32 +84,6 @@ def test_checkpointing_fits_more_and_a_reserve_fits_less(small_card) -> None:
         card.largest_batches(small_card, 401)
 
 
-def test_reserve_fit_intervals_agree_with_the_lookup(small_card) -> None:
-    fit = card.reserve_fit(small_card, {"no checkpoint": 4, "checkpoint": 5})
-    assert fit.runs[0][0] == 0 and fit.runs[-1][1] == SMALL_CARD // MiB
-    assert all(a[1] + 1 == b[0] for a, b in pairwise(fit.runs))
-    (first, last, batches), *others = fit.closest()
-    assert not others and batches == fit.quoted and fit.miss(batches) == 0
-    for reserve in (first, last):
-        assert card.largest_batches(small_card, reserve) == fit.quoted
-    for reserve in (first - 1, last + 1):
-        assert card.largest_batches(small_card, reserve) != fit.quoted
-    assert fit.describe().endswith(
-        f"all at once: reserve {first}..{last} MiB: no checkpoint 4, checkpoint 5"
-    )
-
-
-def test_reserve_fit_reports_the_closest_miss_when_none_fits(small_card) -> None:
-    fit = card.reserve_fit(small_card, {"no checkpoint": 5, "checkpoint": 3})
-    least = fit.miss(fit.closest()[0][2])
-    assert least > 0 and all(fit.miss(batches) >= least for *_, batches in fit.runs)
-    text = fit.describe()
-    assert "  no checkpoint = 5: reserve " in text and "  checkpoint = 3: reserve " in text
-    assert f"all at once: no reserve. Closest, {least} batches off in total:" in text
-    with pytest.raises(ValueError, match="no table for"):
-        card.reserve_fit(small_card, {"selective": 3})
-
-
 def test_tables_for_different_cards_are_refused() -> None:
     tables = {
         "no checkpoint": card.PeakTable("no checkpoint", 224, 25, (10, 30)),

@@ -1,5 +1,3 @@
-"""Notebook 03's panels: ``segments_panel`` (which of NetA's segments to checkpoint, measured) and
-``article_card`` (the article's card at 224 px by dry run, with a reserve slider). The notebook's
-other code stands in its cells."""
+"""Notebook 03's two panels: ``segments_panel`` and ``article_card`` (the rest is in its cells)."""
 
 __all__: list[str] = []

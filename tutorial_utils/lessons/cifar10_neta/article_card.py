@@ -10,7 +10,6 @@ from bisect import bisect_right
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from itertools import groupby
 
 import ipywidgets as widgets
 import torch.nn as nn
@@ -29,11 +28,9 @@ __all__ = [
     "ARTICLE_MAX_BATCH",
     "CARD_MODELS",
     "PeakTable",
-    "ReserveFit",
     "article_card_tables",
     "dry_run_peak_table",
     "largest_batches",
-    "reserve_fit",
     "reserve_panel",
     "reserve_view",
 ]
@@ -126,66 +123,6 @@ def largest_batches(tables: Mapping[str, PeakTable], reserve_mib: int) -> dict[s
     return {label: table.largest_batch(card - reserve_mib * MiB) for label, table in tables.items()}
 
 
-@dataclass(frozen=True)
-class ReserveFit:
-    """Every whole-MiB reserve of the card, grouped into runs of reserves with the same largest
-    batches: (first MiB, last MiB, batches), against the article's batches."""
-
-    runs: tuple[tuple[int, int, dict[str, int]], ...]
-    quoted: dict[str, int]
-
-    def miss(self, batches: Mapping[str, int]) -> int:
-        """How many batches ``batches`` is off the quoted ones, in total."""
-        return sum(abs(batches[label] - batch) for label, batch in self.quoted.items())
-
-    def closest(self) -> list[tuple[int, int, dict[str, int]]]:
-        """The runs with the smallest miss (a miss of 0: they reproduce every quoted batch)."""
-        least = min(self.miss(batches) for *_, batches in self.runs)
-        return [run for run in self.runs if self.miss(run[2]) == least]
-
-    def describe(self) -> str:
-        lines = [f"reserves (whole MiB) that give the article's largest batch, {DRY_RUN_LABEL}:"]
-        for label, batch in self.quoted.items():
-            runs = [run for run in self.runs if run[2][label] == batch]
-            if not runs:
-                lines.append(f"  {label} = {batch}: no reserve in 0..{self.runs[-1][1]} MiB")
-                continue
-            others = ", ".join(
-                f"{other} {_span([run[2][other] for run in runs])}"
-                for other in self.quoted
-                if other != label
-            )
-            lines.append(
-                f"  {label} = {batch}: reserve {runs[0][0]}..{runs[-1][1]} MiB (there {others})"
-            )
-        closest = self.closest()
-        spans = "; ".join(
-            f"{first}..{last} MiB: " + ", ".join(f"{label} {n}" for label, n in batches.items())
-            for first, last, batches in closest
-        )
-        miss = self.miss(closest[0][2])
-        verdict = "reserve" if miss == 0 else f"no reserve. Closest, {miss} batches off in total:"
-        return "\n".join([*lines, f"all at once: {verdict} {spans}"])
-
-
-def _span(values: list[int]) -> str:
-    low, high = min(values), max(values)
-    return str(low) if low == high else f"{low}..{high}"
-
-
-def reserve_fit(
-    tables: Mapping[str, PeakTable], quoted: Mapping[str, int] = ARTICLE_MAX_BATCH
-) -> ReserveFit:
-    """Scan every whole-MiB reserve 0..card (lookups only) for those that give the quoted batches."""
-    card_mib = _card_of(tables, quoted) // MiB
-    by_reserve = [(mib, largest_batches(tables, mib)) for mib in range(card_mib + 1)]
-    runs = []
-    for _, group in groupby(by_reserve, key=lambda item: tuple(item[1].values())):
-        members = list(group)
-        runs.append((members[0][0], members[-1][0], members[0][1]))
-    return ReserveFit(tuple(runs), dict(quoted))
-
-
 def _plot_peak_tables(
     tables: Mapping[str, PeakTable], reserve_mib: int, quoted: Mapping[str, int]
 ) -> Figure:
@@ -196,31 +133,17 @@ def _plot_peak_tables(
     figure = Figure(figsize=(7.5, 4.4))
     axis = figure.subplots()
     axis.axhline(card_mib, color="gray", linestyle=":", label=f"the card: {card_mib:.0f} MiB")
-    budget_mib = card_mib - reserve_mib
-    axis.axhline(
-        budget_mib, color="black", linestyle="--", label=f"tensor budget: {budget_mib:.0f} MiB"
-    )
+    budget = f"tensor budget: {card_mib - reserve_mib:.0f} MiB"
+    axis.axhline(card_mib - reserve_mib, color="black", linestyle="--", label=budget)
     for index, (label, table) in enumerate(tables.items()):
         color, best = f"C{index}", batches[label]
-        axis.plot(
-            range(1, len(table.peaks) + 1),
-            [p / MiB for p in table.peaks],
-            ".-",
-            color=color,
-            label=label,
-        )
+        peaks_mib = [peak / MiB for peak in table.peaks]
+        axis.plot(range(1, len(peaks_mib) + 1), peaks_mib, ".-", color=color, label=label)
         if best:
-            axis.plot(
-                best,
-                table.peaks[best - 1] / MiB,
-                "*",
-                color=color,
-                markersize=14,
-                label=f"{label}: largest {best}",
-            )
-        axis.axvline(
-            quoted[label], color=color, linestyle=":", label=f"{label}: article {quoted[label]}"
-        )
+            star = f"{label}: largest {best}"
+            axis.plot(best, peaks_mib[best - 1], "*", color=color, markersize=14, label=star)
+        article = f"{label}: article {quoted[label]}"
+        axis.axvline(quoted[label], color=color, linestyle=":", label=article)
     axis.set_xlabel("batch size")
     axis.set_ylabel("step peak (MiB)")
     axis.xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -1,9 +1,5 @@
-"""Notebook 03's panel: tick which of NetA's five segments to checkpoint, pick a batch, click Run.
-
-It measures the notebook's own ``NetA`` and ``random_batch`` (passed in) with the notebook's tools:
-bytes saved for backward, the training peak as section 2 counts it (what training keeps between
-steps plus one step's ``peak_bytes``), and CPU time in interleaved turns, plain beside the choice.
-"""
+"""Notebook 03's panel: tick which of NetA's segments to checkpoint, pick a batch, click Run. It
+measures the notebook's own ``NetA`` and ``random_batch`` (passed in) with the notebook's tools."""
 
 from __future__ import annotations
 
@@ -18,6 +14,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from matplotlib.figure import Figure
+from torch.optim import Optimizer
 from torch.utils.checkpoint import checkpoint
 
 from tutorial_utils.display.plotting import figure_subtitle
@@ -28,7 +25,8 @@ from tutorial_utils.tools import MiB, StepTimes, compare_times, peak_bytes, save
 __all__ = ["SegmentsRun", "forward_with", "measure_segments", "segments_panel"]
 
 SEGMENTS = 5  # NetA's seg0..seg4
-MakeBatch = Callable[[int], tuple[torch.Tensor, torch.Tensor]]
+Batch = tuple[torch.Tensor, torch.Tensor]
+MakeBatch = Callable[[int], Batch]
 
 
 def forward_with(net: nn.Module, x: torch.Tensor, chosen: frozenset[int]) -> torch.Tensor:
@@ -41,12 +39,7 @@ def forward_with(net: nn.Module, x: torch.Tensor, chosen: frozenset[int]) -> tor
     return y
 
 
-def _train_step(
-    net: nn.Module,
-    optim: torch.optim.Optimizer,
-    chosen: frozenset[int],
-    batch: tuple[torch.Tensor, torch.Tensor],
-) -> None:
+def _train_step(net: nn.Module, optim: Optimizer, chosen: frozenset[int], batch: Batch) -> None:
     optim.zero_grad()
     F.cross_entropy(forward_with(net, batch[0], chosen), batch[1]).backward()
     optim.step()
