@@ -1,8 +1,5 @@
 """Notebook 04's Going deeper: its sizes per profile, the strategy tables, the Pareto plot, a plan
-on its layers and the budget slider (which re-plans on every change: well under a second).
-
-Figures follow ``plotting``'s conventions (returned detached, titled with profile and device).
-"""
+on its layers and the budget slider. Figures are returned detached, as ``plotting``'s are."""
 
 from __future__ import annotations
 
@@ -117,10 +114,11 @@ def plot_pareto(
     labels: dict[tuple[float, float], list[str]] = {}  # points drawn on top of each other share one
     for row in rows:
         name = row["checkpointing"]
+        point = row[x]
         if row["family"] not in ("uniform", "planned") or name.endswith("least peak"):
-            if row[x] is None:
+            if point is None:
                 raise ValueError(f"{name!r} has no {x}: plot the rows of one run")
-            labels.setdefault((row[x], row[y]), []).append(name)
+            labels.setdefault((point, row[y]), []).append(name)
     ax.set_xlabel(
         "predicted step time / no checkpointing (FLOPs, dry run)"
         if dry
@@ -171,16 +169,11 @@ def plot_plan(
 
 
 class BudgetExplorer:
-    """A budget slider (MiB of gradients + activations) that re-plans and redraws on every change,
-    one level or nested (a checkbox).
-
-    ``explore(budget_mib, nested)`` is the callback as a plain function: it returns the figure
-    and the plan's table, or the planner's error message when the budget cannot be met.
-    """
+    """A budget slider (MiB of gradients + activations) and a nested checkbox that re-plan and
+    redraw on every change (well under a second); ``explore`` is the callback as a function."""
 
     def __init__(self, profile: ModelProfile, title: str):
-        self.profile = profile
-        self.title = title
+        self.profile, self.title = profile, title
         least = plan_from_profile(profile)
         plain = evaluate_plan(profile, [(0, len(profile), False)])
         low = (least.predicted_peak_bytes - profile.baseline_bytes) / MiB

@@ -45,6 +45,10 @@ def _train_step(net: nn.Module, optim: Optimizer, chosen: frozenset[int], batch:
     optim.step()
 
 
+def _train_on_new_batch(step: Callable[[Batch], None], make_batch: MakeBatch, size: int) -> None:
+    step(make_batch(size))
+
+
 def _segment_labels(net: nn.Module, images: torch.Tensor) -> list[str]:
     """'seg1: layer2, layer3 -> 128x16x16': each segment's layers and its output's shape."""
     fired: list[str] = []
@@ -106,7 +110,8 @@ def measure_segments(
         raise ValueError(f"batch must be at least 1, got {batch}: move the batch slider up")
     images = make_batch(batch)
     setups = {"plain": frozenset(), "checkpointed": chosen} if chosen else {"plain": chosen}
-    saved, peaks, steps = {}, {}, {}
+    saved, peaks = {}, {}
+    steps: dict[str, Callable[[], object]] = {}
     for name, segments in setups.items():
         torch.manual_seed(0)
         net = net_class().to(device)
@@ -117,7 +122,7 @@ def measure_segments(
         optim.zero_grad()
         kept = [*net.state_dict().values(), *(t for s in optim.state.values() for t in s.values())]
         # the batch is made inside the measured call, so that its peak counts it, as section 2's
-        held = peak_bytes(lambda step=step: step(make_batch(batch)), device)
+        held = peak_bytes(partial(_train_on_new_batch, step, make_batch, batch), device)
         peaks[name] = sum(t.nbytes for t in kept) + held
         steps[name] = partial(step, images)
     times = time_turns(steps, turns=turns, device=device)
