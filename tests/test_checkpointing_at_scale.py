@@ -11,13 +11,13 @@ from tutorial_utils.display.figure_check import figure_problems
 from tutorial_utils.lessons.checkpointing_at_scale import (
     SETUPS,
     RankError,
-    ScalePanel,
     all_gathers,
     example_file,
     parse_rank_output,
     plot_scale_run,
-    run_rank_file,
+    rank_report,
     run_ranks,
+    scale_panel,
     show_example,
 )
 
@@ -74,12 +74,13 @@ def bars(figure) -> list[Rectangle]:
 
 def test_parses_every_setup_and_ratio_per_rank():
     run = parse_rank_output(SAMPLE)
-    assert run.ranks == [0, 1]
+    assert sorted({rank for rank, _ in run.peak_mib}) == [0, 1]
     assert run.kept_mib[1, "FSDP"] == 0.78
     assert run.peak_mib[0, "DDP + checkpointing"] == 0.88
     assert run.cpu_ratio[0, "DDP"] == (1.56, True)
     assert run.cpu_ratio[1, "FSDP"] == (1.02, False)
-    assert run.header.startswith("2 ranks on cpu")
+    assert run.text.startswith("2 ranks on cpu")
+    assert "MiB per rank" in run.text and "use_reentrant" not in run.text  # no DDP cases
 
 
 def test_incomplete_output_is_refused():
@@ -90,7 +91,7 @@ def test_incomplete_output_is_refused():
 
 
 def test_figure_draws_four_setups_and_two_ratios_per_rank_and_passes_the_check():
-    figure = plot_scale_run(parse_rank_output(SAMPLE), 64, 4, 256)
+    figure = plot_scale_run(parse_rank_output(SAMPLE), "4 blocks of width 64")
     assert len(bars(figure)) == 2 * (4 + 2)
     assert "measured on this machine" in figure._suptitle.get_text()
     assert figure_problems(figure) == []
@@ -126,7 +127,7 @@ def test_a_failing_rank_comes_back_as_its_own_error_not_the_launchers(tmp_path):
     exits = tmp_path / "exits.py"
     exits.write_text("raise SystemExit('no ranks here')\n")
     with pytest.raises(RankError, match="torchrun exited with"):
-        run_rank_file(exits, 16, 1, 4)
+        rank_report(exits, "--width 16 --depth 1 --batch 4".split())
 
 
 def test_the_examples_are_found_and_shown_as_python():
@@ -149,11 +150,11 @@ def test_all_gathers_are_read_per_rank_and_order_and_a_report_without_them_is_re
 
 @pytest.mark.slow
 def test_the_panel_runs_the_rank_file_on_two_gloo_ranks():
-    panel = ScalePanel(RANK_FILE, width=32, depth=2, batch=64)
-    figure, text = panel.panel.run()
+    panel = scale_panel(RANK_FILE, width=32, depth=2, batch=64)
+    figure, text = panel.run()
     for rank in (0, 1):
         setups = [name for name in SETUPS if f"rank {rank}  {name} " in text]
         assert setups == list(SETUPS)
     assert bars(figure)
     assert figure_problems(figure) == []
-    assert panel.panel.runs == 1
+    assert panel.runs == 1

@@ -1,5 +1,5 @@
-"""Notebook 03's lesson on tiny inputs: the segments panel; BatchNorm's fixes in both modes; the
-article's card by dry run, on a small card at 224 px."""
+"""Notebook 03's panels on tiny inputs: the segments panel, and the article's card by dry run on a
+small card at 224 px (the notebook's other code runs in its cells, under nbval)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import torch
 
 from tutorial_utils.articles.experiments import adam_optimizer
 from tutorial_utils.articles.models import NetA
-from tutorial_utils.checkpointing import batchnorm as bn
 from tutorial_utils.display.figure_check import figure_problems
-from tutorial_utils.lessons import cifar10_neta as lesson
+from tutorial_utils.lessons.cifar10_neta import article_card as card
+from tutorial_utils.lessons.cifar10_neta import segments_panel as segments
 from tutorial_utils.measurement.batch_search import find_max_batch_size
 from tutorial_utils.measurement.step import DRY_RUN_LABEL
 from tutorial_utils.tools import saved_bytes
@@ -28,41 +28,19 @@ def batch(n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.rand(n, 3, SIZE, SIZE, generator=generator), torch.arange(n) % 10
 
 
-def test_batchnorm_runs_fixes_match_plain() -> None:
-    runs = lesson.batchnorm_runs([batch(4, seed) for seed in range(2)])
-    plain = runs["plain"]
-    assert bn.counter_ratio(runs["checkpoint"], plain) == 2.0
-    assert not bn.stats_match(runs["checkpoint"], plain, counters=False)
-    assert bn.stats_match(runs["checkpoint + momentum fix"], plain, counters=False)
-    assert bn.stats_match(runs["checkpoint + frozen recompute"], plain)
-    with pytest.raises(ValueError, match="batches"):
-        lesson.batchnorm_runs([])
-
-
-@pytest.mark.parametrize("use_reentrant", [False, True])
-def test_batchnorm_runs_table_reads_counters_and_matches(use_reentrant: bool) -> None:
-    runs = lesson.batchnorm_runs([batch(4, seed) for seed in range(2)], use_reentrant)
-    lines = lesson.format_batchnorm_runs(runs).splitlines()
-    assert lines[0].split("  ")[0] == "run" and "counter vs plain" in lines[0]
-    rows = {line[:30].strip(): line.split()[-3:] for line in lines[1:]}
-    assert rows["checkpoint"] == ["x2", "False", "False"]
-    assert rows["checkpoint + momentum fix"] == ["x2", "True", "False"]
-    assert rows["checkpoint + frozen recompute"] == ["x1", "True", "True"]
-
-
 # -- the article's card by dry run, on a small card at 224 px -----------------------------------
 
 
 @pytest.fixture(scope="module")
-def small_card() -> dict[str, lesson.PeakTable]:
-    return lesson.article_card_tables(card_bytes=SMALL_CARD)
+def small_card() -> dict[str, card.PeakTable]:
+    return card.article_card_tables(card_bytes=SMALL_CARD)
 
 
 def test_peak_table_lookup_is_bisection_over_peaks() -> None:
-    table = lesson.PeakTable("x", 224, 25, (10, 20, 30), 0.0)
+    table = card.PeakTable("x", 224, 25, (10, 20, 30))
     lookups = [table.largest_batch(budget) for budget in (0, 9, 10, 19, 20, 25)]
     assert lookups == [0, 0, 1, 1, 2, 2]
-    assert table.bytes_per_sample == 10
+    assert "+0.0 MiB per sample" in table.describe()
     for budget in (-1, 26):
         with pytest.raises(ValueError, match="budget_bytes must be in 0..25"):
             table.largest_batch(budget)
@@ -73,9 +51,9 @@ def test_peak_table_stops_at_the_first_batch_over_the_card(small_card) -> None:
         assert all(a < b for a, b in pairwise(table.peaks))
         assert table.peaks[-2] <= SMALL_CARD < table.peaks[-1]
     with pytest.raises(ValueError, match="raise max_batch"):
-        lesson.dry_run_peak_table("plain", NetA, image_size=32, card_bytes=2**40, max_batch=1)
+        card.dry_run_peak_table("plain", NetA, image_size=32, card_bytes=2**40, max_batch=1)
     with pytest.raises(ValueError, match="positive"):
-        lesson.dry_run_peak_table("plain", NetA, image_size=0)
+        card.dry_run_peak_table("plain", NetA, image_size=0)
 
 
 def test_lookup_equals_a_direct_batch_search_at_the_boundaries(small_card) -> None:
@@ -85,7 +63,7 @@ def test_lookup_equals_a_direct_batch_search_at_the_boundaries(small_card) -> No
         ("checkpoint", checkpointed.peaks[3] - 1, 3),  # one byte less: it does not
     ):
         search = find_max_batch_size(
-            lesson.CARD_MODELS[label],
+            card.CARD_MODELS[label],
             (3, 224, 224),
             budget,
             device="meta",
@@ -96,89 +74,37 @@ def test_lookup_equals_a_direct_batch_search_at_the_boundaries(small_card) -> No
 
 
 def test_checkpointing_fits_more_and_a_reserve_fits_less(small_card) -> None:
-    full = lesson.largest_batches(small_card, 0)
+    full = card.largest_batches(small_card, 0)
     assert full["checkpoint"] > full["no checkpoint"] > 0
     plain = small_card["no checkpoint"].describe()
     assert plain.endswith(f"largest batch in the whole 400 MiB: {full['no checkpoint']}")
-    reserved = lesson.largest_batches(small_card, 200)
+    reserved = card.largest_batches(small_card, 200)
     assert all(reserved[label] < full[label] for label in full)
     with pytest.raises(ValueError, match="reserve_mib must be in 0..400"):
-        lesson.largest_batches(small_card, 401)
-
-
-def test_reserve_fit_intervals_agree_with_the_lookup(small_card) -> None:
-    fit = lesson.reserve_fit(small_card, {"no checkpoint": 4, "checkpoint": 5})
-    assert fit.runs[0].first_mib == 0 and fit.runs[-1].last_mib == SMALL_CARD // MiB
-    assert all(a.last_mib + 1 == b.first_mib for a, b in pairwise(fit.runs))
-    assert len(fit.reproducing) == 1
-    both = fit.reproducing[0]
-    for reserve in (both.first_mib, both.last_mib):
-        assert lesson.largest_batches(small_card, reserve) == fit.quoted
-    for reserve in (both.first_mib - 1, both.last_mib + 1):
-        assert lesson.largest_batches(small_card, reserve) != fit.quoted
-    assert f"all at once: reserve {both.first_mib}..{both.last_mib} MiB" in fit.describe()
-
-
-def test_reserve_fit_reports_the_closest_miss_when_none_fits(small_card) -> None:
-    fit = lesson.reserve_fit(small_card, {"no checkpoint": 5, "checkpoint": 3})
-    assert fit.reproducing == [] and fit.matching("no checkpoint") and fit.matching("checkpoint")
-    least = fit.miss(fit.closest[0])
-    assert least > 0 and all(fit.miss(run) >= least for run in fit.runs)
-    assert f"no reserve. Closest, {least} batches off" in fit.describe()
-    with pytest.raises(ValueError, match="no table for"):
-        lesson.reserve_fit(small_card, {"selective": 3})
+        card.largest_batches(small_card, 401)
 
 
 def test_tables_for_different_cards_are_refused() -> None:
     tables = {
-        "no checkpoint": lesson.PeakTable("no checkpoint", 224, 25, (10, 30), 0.0),
-        "checkpoint": lesson.PeakTable("checkpoint", 224, 26, (10, 30), 0.0),
+        "no checkpoint": card.PeakTable("no checkpoint", 224, 25, (10, 30)),
+        "checkpoint": card.PeakTable("checkpoint", 224, 26, (10, 30)),
     }
     with pytest.raises(ValueError, match="one card"):
-        lesson.largest_batches(tables, 0)
+        card.largest_batches(tables, 0)
 
 
 def test_reserve_panel_redraws_from_the_slider(small_card) -> None:
-    text, figure = lesson.reserve_view(small_card, 0)
-    full = lesson.largest_batches(small_card, 0)
+    text, figure = card.reserve_view(small_card, 0)
+    full = card.largest_batches(small_card, 0)
     assert DRY_RUN_LABEL in text and DRY_RUN_LABEL in figure._suptitle.get_text()
     assert f"  no checkpoint  {full['no checkpoint']:>5}   (the article: 23)\n" in text
-    panel = lesson.reserve_panel(small_card, max_reserve_mib=300)
+    panel = card.reserve_panel(small_card, max_reserve_mib=300)
     slider, output = panel.children
     assert (slider.min, slider.max, slider.value) == (0, 300, 0)
     assert output.outputs[0]["text"].startswith("reserve 0 MiB: tensor budget 400 MiB")
     slider.value = 200
     assert output.outputs[0]["text"].startswith("reserve 200 MiB: tensor budget 200 MiB")
     assert output.outputs[1]["output_type"] == "display_data"
-
-
-def test_reentrant_checkpoint_is_compared_with_the_tables(small_card) -> None:
-    text = lesson.checkpoint_modes(small_card, batch=4)
-    lines = text.splitlines()
-    assert lines[1].split("  ")[0] == "NetA, Adam" and "peak MiB at batch 4" in lines[1]
-    rows = {line[:38].strip(): line.split() for line in lines[2:5]}
-    assert list(rows) == [
-        "no checkpoint",
-        "checkpoint, non-reentrant",
-        "checkpoint, reentrant (the article's)",
-    ]
-    peak = {label: float(row[-2]) for label, row in rows.items()}
-    assert peak["checkpoint, reentrant (the article's)"] > peak["checkpoint, non-reentrant"]
-    gap = peak["checkpoint, reentrant (the article's)"] - peak["checkpoint, non-reentrant"]
-    assert lines[5].startswith(f"reentrant - non-reentrant at batch 4: {gap:.1f} MiB = 4 x ")
-    assert lines[5].endswith("one sample's 64-channel 224 px tensor: 12.25 MiB")
-    with pytest.raises(ValueError, match="batch must be in 1..6"):
-        lesson.checkpoint_modes(small_card, batch=7)
-
-
-def test_step_timelines_plain_beside_checkpointed() -> None:
-    figure = lesson.article_step_timelines(batch=2, image_size=32)
-    panels = [axis for axis in figure.axes if axis.get_title()]
-    assert [axis.get_title() for axis in panels] == [
-        "no checkpoint, batch 2, 32 px",
-        "checkpoint, batch 2, 32 px",
-    ]
-    assert DRY_RUN_LABEL in figure._suptitle.get_text()
 
 
 # -- the segments panel: the notebook's NetA, chosen segments checkpointed ----------------------
@@ -191,13 +117,13 @@ def test_forward_with_keeps_what_neta_keeps_for_the_same_segments() -> None:
         ours = NetA()
         torch.manual_seed(0)
         theirs = NetA(use_checkpoint=chosen, use_reentrant=False)
-        ours_saved = saved_bytes(ours, partial(lesson.forward_with, ours, images, chosen))
+        ours_saved = saved_bytes(ours, partial(segments.forward_with, ours, images, chosen))
         assert ours_saved == saved_bytes(theirs, partial(theirs, images)), chosen
-        assert torch.equal(lesson.forward_with(ours, images, chosen), theirs(images))
+        assert torch.equal(segments.forward_with(ours, images, chosen), theirs(images))
 
 
 def test_segments_panel_measures_the_ticked_segments_beside_plain() -> None:
-    panel = lesson.segments_panel(NetA, batch, budget_bytes=112 * MiB, batch=2, max_batch=8)
+    panel = segments.segments_panel(NetA, batch, budget_bytes=112 * MiB, batch=2, max_batch=8)
     labels = [control.description for control in panel.controls.values()]
     assert labels[0] == "batch" and labels[1] == "seg0: layer1 -> 64x16x16"
     assert labels[5] == "seg4: layer8, layer9 -> 10"
@@ -216,16 +142,16 @@ def test_segments_panel_measures_the_ticked_segments_beside_plain() -> None:
 
 
 def test_segments_run_with_nothing_ticked_is_the_plain_step_alone() -> None:
-    run = lesson.measure_segments(NetA, batch, chosen=(), batch=2, turns=1)
+    run = segments.measure_segments(NetA, batch, chosen=(), batch=2, turns=1)
     assert list(run.saved_bytes) == list(run.times) == ["plain"]
-    assert "checkpointed (non-reentrant): none (tick a segment)" in run.describe()
-    assert "fits" not in run.describe()  # no budget given
+    assert "checkpointed (non-reentrant): none (tick a segment)" in str(run)
+    assert "fits" not in str(run)  # no budget given
 
 
 def test_segments_panel_refuses_bad_input_in_one_line() -> None:
     for chosen, size, message in (((), 0, "batch must be at least 1"), ((5,), 2, "seg0..seg4")):
         with pytest.raises(ValueError, match=message) as error:
-            lesson.measure_segments(NetA, batch, chosen, size, turns=1)
+            segments.measure_segments(NetA, batch, chosen, size, turns=1)
         assert "\n" not in str(error.value)
     with pytest.raises(ValueError, match="pass the notebook's NetA"):
-        lesson.segments_panel(lambda: torch.nn.Linear(2, 2), batch)
+        segments.segments_panel(lambda: torch.nn.Linear(2, 2), batch)

@@ -1,14 +1,5 @@
-"""Notebook 04's sizes, models, figures and budget slider: strategies on a Pareto plot, a plan on
-its layers, the roofline against the clock, one-level against nested plans as a table.
-
-The experiments the bench runs too live below the lessons: BatchNorm under each strategy in
-``measurement.batchnorm``, the deep chain in ``articles.models``, one level against nested in
-``planning.nested``.
-
-Figures follow ``plotting``'s conventions (returned detached, titled with profile and device).
-The budget explorer re-plans on every slider change (planning a profiled model takes well under
-a second) and writes its figure and text straight into an Output widget.
-"""
+"""Notebook 04's Going deeper: its sizes per profile, the strategy tables, the Pareto plot, a plan
+on its layers and the budget slider. Figures are returned detached, as ``plotting``'s are."""
 
 from __future__ import annotations
 
@@ -18,31 +9,38 @@ from typing import Any, Literal, TypeVar
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
-import torch.nn as nn
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from tutorial_utils.articles.models import vgg16_classifier
 from tutorial_utils.articles.profiles import Profile
 from tutorial_utils.checkpointing.kinds import families
 from tutorial_utils.display.labels import annotate_points
 from tutorial_utils.display.plotting import figure_subtitle
 from tutorial_utils.display.tables import columns_table
 from tutorial_utils.display.widgets import PanelBox, budget_slider, result_outputs
-from tutorial_utils.measurement.timing import Timing
 from tutorial_utils.planning.limits import PeakFloor
-from tutorial_utils.planning.nested import NestedComparison, NestedPlan, nested_from_profile
+from tutorial_utils.planning.nested import NestedPlan, nested_from_profile
 from tutorial_utils.planning.planner import Plan, evaluate_plan, plan_from_profile
 from tutorial_utils.planning.profile import ModelProfile
 from tutorial_utils.planning.strategies import StrategyRow
 from tutorial_utils.units import MiB
 
-CHECKPOINTED_COLOR, KEPT_COLOR, NESTED_COLOR = "#c6d4e8", "#dd8452", "#4c72b0"
-RUNS_COLORS = {1: KEPT_COLOR, 2: CHECKPOINTED_COLOR, 3: NESTED_COLOR}  # runs of a module per step
-RUNS_LABELS = {
-    1: "kept: saved in forward",
-    2: "checkpointed: recomputed once in backward",
-    3: "nested: recomputed two or more times",
+__all__ = [
+    "BudgetExplorer",
+    "Sizes",
+    "floor_table",
+    "key_rows",
+    "pareto_front",
+    "plot_pareto",
+    "plot_plan",
+    "sizes_for",
+    "strategy_table",
+]
+
+RUNS_STYLES = {  # how many times a module runs per step: its bar's colour and legend
+    1: ("#dd8452", "kept: saved in forward"),
+    2: ("#c6d4e8", "checkpointed: recomputed once in backward"),
+    3: ("#4c72b0", "nested: recomputed two or more times"),
 }
 
 
@@ -71,44 +69,6 @@ def sizes_for(profile: Profile) -> Sizes:
     )
 
 
-def conv_vgg16(num_classes: int = 2) -> nn.Sequential:
-    """VGG16's 31 convolutional-part modules (out-of-place ReLUs) and a small head: the weights'
-    own backward and optimizer step no longer dilute the recompute, as the 120 M-parameter
-    classifier does."""
-    features = list(vgg16_classifier(num_classes, layout="flat"))[:31]
-    for module in features:
-        if isinstance(module, nn.ReLU):
-            module.inplace = False
-    return nn.Sequential(
-        *features, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, num_classes)
-    )
-
-
-def recompute_accounting(plan: Plan, plain_gflop: float, planned_gflop: float) -> str:
-    """The planner's recompute count beside the extra FLOPs the dry-run step really did."""
-    return (
-        f"planner's recompute: {plan.recompute_flops / 1e9:,.1f} GFLOP; dry-run step: "
-        f"{planned_gflop:,.1f} - {plain_gflop:,.1f} = {planned_gflop - plain_gflop:,.1f} GFLOP"
-    )
-
-
-def nested_table(result: NestedComparison) -> str:
-    """Activation memory and recompute of the two plans, as a dry run measured them."""
-    base = result.reports["one level"].activation_peak_bytes
-    lines = [
-        f"{'plan':<10}  {'activation peak MiB':>19}  {'vs one level':>12}  "
-        f"{'recompute (forward passes)':>26}  most runs of a module"
-    ]
-    for name, plan in result.plans.items():
-        peak = result.reports[name].activation_peak_bytes
-        runs = max(plan.runs)
-        lines.append(
-            f"{name:<10}  {peak / MiB:>19,.1f}  {peak / base:>12.2f}  "
-            f"{plan.recompute_flops / result.forward_flops:>26.2f}  {runs}"
-        )
-    return "\n".join(lines)
-
-
 Row = TypeVar("Row", bound=Mapping[str, Any])
 
 
@@ -132,11 +92,10 @@ def plot_pareto(
 ) -> Figure:
     """Memory against time for every strategy, the Pareto front joined by a line.
 
-    ``y="added_mib"`` plots what the step adds on top of parameters, batch and optimizer state
-    (gradients + activations at the tracked peak); ``"tracked_peak_mib"`` the whole peak. Rows of
-    real steps are placed by measured step time; rows of dry runs (no time) by their FLOPs over
-    the first row's, the predicted time ratio. ``floor_mib`` draws the peak no plan can beat
-    (``limits.peak_floor``), in the units of ``y``.
+    ``y="added_mib"``: what the step adds on top of parameters, batch and optimizer state
+    (gradients + activations at the tracked peak); ``"tracked_peak_mib"``: the whole peak. Real
+    steps sit at their measured time, dry runs (no time) at their FLOPs over the first row's.
+    ``floor_mib`` draws the peak no plan can beat (``limits.peak_floor``), in ``y``'s units.
     """
     dry = all(row["step_seconds"] is None for row in rows)
     x: Literal["flops_ratio", "step_seconds"] = "flops_ratio" if dry else "step_seconds"
@@ -145,37 +104,21 @@ def plot_pareto(
     for kind, style in families().items():  # the table of kinds' styles, in menu order
         points = [row for row in rows if row["family"] == kind]
         if points:
-            ax.scatter(
-                [row[x] for row in points],
-                [row[y] for row in points],
-                c=style.color,
-                marker=style.marker,
-                s=120 if kind == "planned" else 45,
-                label=kind,
-                zorder=3,
-            )
-    front = pareto_front(rows, x, y)
-    ax.step(
-        [row[x] for row in front],
-        [row[y] for row in front],
-        where="post",
-        color="#c44e52",
-        alpha=0.4,
-        label="Pareto front",
-    )
+            size = 120 if kind == "planned" else 45
+            xs, ys = [row[x] for row in points], [row[y] for row in points]
+            ax.scatter(xs, ys, c=style.color, marker=style.marker, s=size, label=kind, zorder=3)
+    front = list(zip(*[(r[x], r[y]) for r in pareto_front(rows, x, y)], strict=True))
+    ax.step(*front, where="post", color="#c44e52", alpha=0.4, label="Pareto front")
     if floor_mib is not None:
-        ax.axhline(
-            floor_mib, color="black", linestyle="--", linewidth=1, label="floor: no plan below"
-        )
+        ax.axhline(floor_mib, color="black", linestyle="--", lw=1, label="floor: no plan below")
     labels: dict[tuple[float, float], list[str]] = {}  # points drawn on top of each other share one
     for row in rows:
-        if row["family"] not in ("uniform", "planned") or row["checkpointing"].endswith(
-            "least peak"
-        ):
-            point = row[x]
+        name = row["checkpointing"]
+        point = row[x]
+        if row["family"] not in ("uniform", "planned") or name.endswith("least peak"):
             if point is None:
-                raise ValueError(f"{row['checkpointing']!r} has no {x}: plot the rows of one run")
-            labels.setdefault((point, row[y]), []).append(row["checkpointing"])
+                raise ValueError(f"{name!r} has no {x}: plot the rows of one run")
+            labels.setdefault((point, row[y]), []).append(name)
     ax.set_xlabel(
         "predicted step time / no checkpointing (FLOPs, dry run)"
         if dry
@@ -202,7 +145,7 @@ def plot_plan(
     once (its activations kept), twice (checkpointed once) or more (nested checkpoints)."""
     fig, ax = plt.subplots(figsize=(9, 3.8))
     plt.close(fig)
-    colors = [RUNS_COLORS[min(runs, 3)] for runs in plan.runs]
+    colors = [RUNS_STYLES[min(runs, 3)][0] for runs in plan.runs]
     for start, _, _ in plan.boundaries:
         if start:
             ax.axvline(start - 0.5, color="black", linewidth=0.8, linestyle="--")
@@ -211,12 +154,9 @@ def plot_plan(
     ax.set_xticklabels([layer.name for layer in profile.layers], rotation=90, fontsize=6)
     ax.set_ylabel("kept for backward\nwithout checkpointing (MiB)")
     shown = sorted({min(runs, 3) for runs in plan.runs})
-    ax.legend(
-        handles=[Patch(color=RUNS_COLORS[runs], label=RUNS_LABELS[runs]) for runs in shown],
-        fontsize=8,
-        loc="upper left",
-        bbox_to_anchor=(1.01, 1),  # beside the bars: "best" moved with the title's length
-    )
+    handles = [Patch(color=RUNS_STYLES[runs][0], label=RUNS_STYLES[runs][1]) for runs in shown]
+    # beside the bars: "best" moved with the title's length
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     added = (plan.predicted_peak_bytes - plan.baseline_bytes) / MiB
     most = f", most runs of a module {max(plan.runs)}" if max(plan.runs) > 2 else ""
     fig.suptitle(
@@ -229,16 +169,11 @@ def plot_plan(
 
 
 class BudgetExplorer:
-    """A budget slider (MiB of gradients + activations) that re-plans and redraws on every change,
-    one level or nested (a checkbox).
-
-    ``explore(budget_mib, nested)`` is the callback as a plain function: it returns the figure
-    and the plan's table, or the planner's error message when the budget cannot be met.
-    """
+    """A budget slider (MiB of gradients + activations) and a nested checkbox that re-plan and
+    redraw on every change (well under a second); ``explore`` is the callback as a function."""
 
     def __init__(self, profile: ModelProfile, title: str):
-        self.profile = profile
-        self.title = title
+        self.profile, self.title = profile, title
         least = plan_from_profile(profile)
         plain = evaluate_plan(profile, [(0, len(profile), False)])
         low = (least.predicted_peak_bytes - profile.baseline_bytes) / MiB
@@ -293,51 +228,40 @@ DRY_RUN_TIME_COLUMNS = (
 
 
 def strategy_table(rows: Sequence[StrategyRow]) -> str:
-    """``measure_strategies`` rows as an aligned text table, headed by how they were obtained;
-    measured seconds for real steps, FLOPs for dry runs; n/a where there is no prediction."""
+    """``measure_strategies`` rows as a table: seconds for real steps, FLOPs for dry runs."""
     dry = all(row["step_seconds"] is None for row in rows)
     columns = TABLE_COLUMNS + (DRY_RUN_TIME_COLUMNS if dry else MEASURED_TIME_COLUMNS)
     table = columns_table(rows, columns)
     return f"{rows[0]['source']}\n{table}" if rows and rows[0].get("source") else table
 
 
+def _least_peak(rows: Sequence[StrategyRow], *kinds: str) -> StrategyRow | None:
+    return min(
+        (row for row in rows if row["family"] in kinds),
+        key=lambda row: row["tracked_peak_mib"],
+        default=None,
+    )
+
+
 def key_rows(rows: Sequence[StrategyRow]) -> list[StrategyRow]:
     """The rows the text discusses: none, the best uniform split measured, sqrt(n), the plans,
     selective checkpointing and compile budgets (the full table is ``strategy_table(rows)``)."""
-    uniform = [row for row in rows if row["family"] == "uniform"]
-    best = min(uniform, key=lambda row: row["tracked_peak_mib"], default=None)
+    best = _least_peak(rows, "uniform")
     return [row for row in rows if row["family"] != "uniform" or row is best]
-
-
-def above_none(rows: Sequence[StrategyRow]) -> str:
-    """The strategies whose tracked peak is above no checkpointing's, each with its FLOP ratio:
-    the points of a Pareto plot that the text must explain."""
-    none = next(row for row in rows if row["family"] == "none")
-    above = [
-        f"{row['checkpointing']} ({row['tracked_peak_mib']:,.1f} MiB, FLOPs x{row['flops_ratio']:.2f})"
-        for row in rows
-        if row["tracked_peak_mib"] > none["tracked_peak_mib"]
-    ]
-    listed = ", ".join(above) if above else "none of them"
-    return f"above none's {none['tracked_peak_mib']:,.1f} MiB: {listed}"
 
 
 def floor_table(rows: Sequence[StrategyRow], floor: PeakFloor) -> str:
     """None, the best uniform split, the planner, and the least peak of each other family
     (nested, selective, compile budget) against the floor."""
+    uniform, planned = _least_peak(rows, "uniform", "sqrt(n)"), _least_peak(rows, "planned")
     chosen: dict[str, StrategyRow] = {"none": rows[0]}
-    uniform = [row for row in rows if row["family"] in ("uniform", "sqrt(n)")]
     if uniform:
-        best = min(uniform, key=lambda row: row["tracked_peak_mib"])
-        chosen[f"best uniform ({best['checkpointing']})"] = best
-    planned = [row for row in rows if row["family"] == "planned"]
+        chosen[f"best uniform ({uniform['checkpointing']})"] = uniform
     if planned:
-        chosen["planner, least peak"] = min(planned, key=lambda row: row["tracked_peak_mib"])
-    shown_above = ("none", "uniform", "sqrt(n)", "planned", "offload")
-    for kind in [name for name in families() if name not in shown_above]:
-        family = [row for row in rows if row["family"] == kind]
-        if family:
-            best = min(family, key=lambda row: row["tracked_peak_mib"])
+        chosen["planner, least peak"] = planned
+    for kind in families():
+        best = _least_peak(rows, kind)
+        if best and kind not in ("none", "uniform", "sqrt(n)", "planned", "offload"):
             chosen[f"best {best['checkpointing']}"] = best
     floor_mib = floor.floor_bytes / MiB
     width = max(len(name) for name in chosen)
@@ -348,62 +272,6 @@ def floor_table(rows: Sequence[StrategyRow], floor: PeakFloor) -> str:
     lines.append(f"{'floor (no plan goes below)':<{width}}  {floor_mib:>15,.1f}")
     lines.append(floor.describe())
     if planned:
-        peak = round(chosen["planner, least peak"]["tracked_peak_mib"] * MiB)
+        peak = round(planned["tracked_peak_mib"] * MiB)
         lines.append(f"planner, least peak: {floor.distance(peak)}")
     return "\n".join(lines)
-
-
-def prediction_errors(
-    measured: Sequence[StrategyRow], dry: Sequence[StrategyRow], roofline: dict[str, float]
-) -> str:
-    """Median measured time ratios to "none" beside the FLOP and roofline predictions, with each
-    prediction's error. The last column says whether the wall-time ranges of the repeats are
-    apart or overlap ("beyond noise" is kept for ``tools.time_turns``' CPU-time medians): where
-    they overlap, the errors mean little."""
-    reference = _timing(measured[0])
-    width = max(len(row["checkpointing"]) for row in measured)
-    lines = [
-        f"{'strategy':<{width}}  {'measured':>8}  {'FLOPs':>13}  {'roofline':>13}  wall ranges"
-    ]
-    for real, counted in zip(measured[1:], dry[1:], strict=True):
-        timing, name = _timing(real), real["checkpointing"]
-        ratio = timing.median / reference.median
-        flops, roof = counted.get("flops_ratio"), roofline[name]
-        if flops is None:
-            raise ValueError(f"{name!r} has no FLOP ratio: pass the rows of a dry run as dry")
-        noise = (
-            "1 run"
-            if timing.repeats == 1
-            else ("apart" if not timing.overlaps(reference) else "overlap")
-        )
-        lines.append(
-            f"{name:<{width}}  {f'x{ratio:.2f}':>8}  x{flops:.2f} {ratio / flops - 1:>+5.0%}  "
-            f"x{roof:.2f} {ratio / roof - 1:>+5.0%}  {noise}"
-        )
-    return "\n".join(lines)
-
-
-def _timing(row: StrategyRow) -> Timing:
-    timing = row["step_timing"]
-    if timing is None:
-        raise ValueError(f"{row['checkpointing']!r} was not timed: pass the rows of real steps")
-    return timing
-
-
-# at the end, apart from the styles above (their table is moving to checkpointing/)
-__all__ = [
-    "BudgetExplorer",
-    "Sizes",
-    "above_none",
-    "conv_vgg16",
-    "floor_table",
-    "key_rows",
-    "nested_table",
-    "pareto_front",
-    "plot_pareto",
-    "plot_plan",
-    "prediction_errors",
-    "recompute_accounting",
-    "sizes_for",
-    "strategy_table",
-]

@@ -1,10 +1,5 @@
-"""Notebook 03's panel: tick which of NetA's five segments to checkpoint, pick a batch, click Run.
-
-The panel runs the notebook's own ``NetA`` and ``random_batch`` (passed in from the cell) with the
-notebook's tools: bytes saved for backward (``saved_bytes``), the training peak as section 2
-counts it (what training keeps between steps plus ``peak_bytes`` of one step), and CPU and wall
-time in interleaved turns (``time_turns``, ``compare_times``), plain beside the chosen segments.
-"""
+"""Notebook 03's panel: tick which of NetA's segments to checkpoint, pick a batch, click Run. It
+measures the notebook's own ``NetA`` and ``random_batch`` (passed in) with the notebook's tools."""
 
 from __future__ import annotations
 
@@ -19,6 +14,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from matplotlib.figure import Figure
+from torch.optim import Optimizer
 from torch.utils.checkpoint import checkpoint
 
 from tutorial_utils.display.plotting import figure_subtitle
@@ -26,20 +22,11 @@ from tutorial_utils.display.tables import text_table
 from tutorial_utils.display.widgets import RunPanel, batch_size_slider, wide_layout
 from tutorial_utils.tools import MiB, StepTimes, compare_times, peak_bytes, saved_bytes, time_turns
 
-__all__ = [
-    "SEGMENTS",
-    "SegmentsRun",
-    "forward_with",
-    "measure_segments",
-    "on_new_batch",
-    "plot_segments_run",
-    "segment_labels",
-    "segments_panel",
-    "train_step_with",
-]
+__all__ = ["SegmentsRun", "forward_with", "measure_segments", "segments_panel"]
 
 SEGMENTS = 5  # NetA's seg0..seg4
-MakeBatch = Callable[[int], tuple[torch.Tensor, torch.Tensor]]
+Batch = tuple[torch.Tensor, torch.Tensor]
+MakeBatch = Callable[[int], Batch]
 
 
 def forward_with(net: nn.Module, x: torch.Tensor, chosen: frozenset[int]) -> torch.Tensor:
@@ -52,43 +39,30 @@ def forward_with(net: nn.Module, x: torch.Tensor, chosen: frozenset[int]) -> tor
     return y
 
 
-def train_step_with(
-    net: nn.Module,
-    optim: torch.optim.Optimizer,
-    chosen: frozenset[int],
-    images: torch.Tensor,
-    labels: torch.Tensor,
-) -> None:
-    """The notebook's training step (zero the gradients, forward, loss, backward, Adam)."""
+def _train_step(net: nn.Module, optim: Optimizer, chosen: frozenset[int], batch: Batch) -> None:
     optim.zero_grad()
-    F.cross_entropy(forward_with(net, images, chosen), labels).backward()
+    F.cross_entropy(forward_with(net, batch[0], chosen), batch[1]).backward()
     optim.step()
 
 
-def on_new_batch(step: Callable[..., None], make_batch: MakeBatch, batch: int) -> None:
-    """One step on a batch made inside it, so that its peak counts the batch, as section 2's."""
-    step(*make_batch(batch))
+def _train_on_new_batch(step: Callable[[Batch], None], make_batch: MakeBatch, size: int) -> None:
+    step(make_batch(size))
 
 
-def segment_labels(net: nn.Module, images: torch.Tensor) -> list[str]:
-    """'seg1: layer2, layer3 -> 128x16x16': the layers each segment runs and its output's shape
-    per image, found by running the segments once."""
+def _segment_labels(net: nn.Module, images: torch.Tensor) -> list[str]:
+    """'seg1: layer2, layer3 -> 128x16x16': each segment's layers and its output's shape."""
     fired: list[str] = []
     hooks = [
-        module.register_forward_hook(lambda *_, name=name: fired.append(name))
-        for name, module in net.named_children()
+        m.register_forward_hook(lambda *_, n=n: fired.append(n)) for n, m in net.named_children()
     ]
     labels, y = [], images
-    try:
-        with torch.no_grad():
-            for index in range(SEGMENTS):
-                fired.clear()
-                y = getattr(net, f"seg{index}")(y)
-                shape = "x".join(str(size) for size in y.shape[1:])
-                labels.append(f"seg{index}: {', '.join(fired)} -> {shape}")
-    finally:
-        for hook in hooks:
-            hook.remove()
+    with torch.no_grad():
+        for index in range(SEGMENTS):
+            fired.clear()
+            y = getattr(net, f"seg{index}")(y)
+            labels.append(f"seg{index}: {', '.join(fired)} -> {'x'.join(map(str, y.shape[1:]))}")
+    for hook in hooks:
+        hook.remove()
     return labels
 
 
@@ -103,23 +77,20 @@ class SegmentsRun:
     times: dict[str, StepTimes]
     budget_bytes: int | None
 
-    def describe(self) -> str:
+    def __str__(self) -> str:
         chosen = ", ".join(f"seg{i}" for i in sorted(self.chosen)) or "none (tick a segment)"
+        budget = self.budget_bytes
         header = ["step", "saved for backward MiB", "training peak MiB"]
-        if self.budget_bytes is not None:
-            header.append(f"fits {self.budget_bytes / MiB:.0f} MiB")
-        rows = []
-        for name, saved in self.saved_bytes.items():
-            row = [name, f"{saved / MiB:.2f}", f"{self.peak_bytes[name] / MiB:.1f}"]
-            if self.budget_bytes is not None:
-                row.append("yes" if self.peak_bytes[name] <= self.budget_bytes else "no")
-            rows.append(row)
+        header += [] if budget is None else [f"fits {budget / MiB:.0f} MiB"]
+        rows = [
+            [name, f"{saved / MiB:.2f}", f"{self.peak_bytes[name] / MiB:.1f}"]
+            + ([] if budget is None else ["yes" if self.peak_bytes[name] <= budget else "no"])
+            for name, saved in self.saved_bytes.items()
+        ]
         return (
             f"batch {self.batch}; checkpointed (non-reentrant): {chosen}\n"
             f"{text_table(header, rows)}\n{compare_times(self.times, reference='plain')}"
         )
-
-    __str__ = describe  # the panel prints the run itself
 
 
 def measure_segments(
@@ -137,7 +108,7 @@ def measure_segments(
         raise ValueError(f"segments are 0..{SEGMENTS - 1}, got {sorted(chosen)}: tick seg0..seg4")
     if batch < 1:
         raise ValueError(f"batch must be at least 1, got {batch}: move the batch slider up")
-    images, labels = make_batch(batch)
+    images = make_batch(batch)
     setups = {"plain": frozenset(), "checkpointed": chosen} if chosen else {"plain": chosen}
     saved, peaks = {}, {}
     steps: dict[str, Callable[[], object]] = {}
@@ -145,19 +116,20 @@ def measure_segments(
         torch.manual_seed(0)
         net = net_class().to(device)
         optim = torch.optim.Adam(net.parameters(), 1e-3)
-        step = partial(train_step_with, net, optim, segments)
-        saved[name] = saved_bytes(net, partial(forward_with, net, images, segments))
-        step(*make_batch(2))  # a first step creates Adam's state (two images: BatchNorm's need)
+        step = partial(_train_step, net, optim, segments)
+        saved[name] = saved_bytes(net, partial(forward_with, net, images[0], segments))
+        step(make_batch(2))  # a first step creates Adam's state (two images: BatchNorm's need)
         optim.zero_grad()
         kept = [*net.state_dict().values(), *(t for s in optim.state.values() for t in s.values())]
-        held = peak_bytes(partial(on_new_batch, step, make_batch, batch), device)
+        # the batch is made inside the measured call, so that its peak counts it, as section 2's
+        held = peak_bytes(partial(_train_on_new_batch, step, make_batch, batch), device)
         peaks[name] = sum(t.nbytes for t in kept) + held
-        steps[name] = partial(step, images, labels)
+        steps[name] = partial(step, images)
     times = time_turns(steps, turns=turns, device=device)
     return SegmentsRun(batch, chosen, saved, peaks, times, budget_bytes)
 
 
-def plot_segments_run(run: SegmentsRun, device: torch.device | str) -> Figure:
+def _plot_segments_run(run: SegmentsRun, device: torch.device | str) -> Figure:
     """Training peak beside CPU time per step (median, bar from fastest to slowest turn)."""
     names = list(run.peak_bytes)
     figure, (memory, cpu) = plt.subplots(1, 2, figsize=(8.0, 1.2 + 0.5 * len(names)))
@@ -169,10 +141,11 @@ def plot_segments_run(run: SegmentsRun, device: torch.device | str) -> Figure:
         memory.set_xlabel(
             f"training peak (MiB); dashed: the {run.budget_bytes / MiB:.0f} MiB budget"
         )
-    medians = [statistics.median(run.times[n].cpu_s) for n in names]
+    cpu_s = [run.times[n].cpu_s for n in names]
+    medians = [statistics.median(s) for s in cpu_s]
     spread = [
-        [m - min(run.times[n].cpu_s) for n, m in zip(names, medians, strict=True)],
-        [max(run.times[n].cpu_s) - m for n, m in zip(names, medians, strict=True)],
+        [m - min(s) for s, m in zip(cpu_s, medians, strict=True)],
+        [max(s) - m for s, m in zip(cpu_s, medians, strict=True)],
     ]
     cpu.barh(names, medians, xerr=spread, color="#dd8452", capsize=3)
     cpu.set_xlabel("CPU time per step (s)")
@@ -182,9 +155,7 @@ def plot_segments_run(run: SegmentsRun, device: torch.device | str) -> Figure:
     figure.suptitle(
         f"NetA, batch {run.batch}: memory against time\n{figure_subtitle(device)}", fontsize=10
     )
-    figure.tight_layout(
-        w_pad=3.0
-    )  # the two x axes end and start side by side: keep their labels apart
+    figure.tight_layout(w_pad=3.0)  # the two x axes meet: keep their labels apart
     return figure
 
 
@@ -201,25 +172,24 @@ def segments_panel(
     missing = [f"seg{i}" for i in range(SEGMENTS) if not hasattr(net, f"seg{i}")]
     if missing:
         raise ValueError(f"net_class has no {', '.join(missing)}: pass the notebook's NetA")
-    images, _ = make_batch(2)  # two: BatchNorm in train mode needs more than one value
-    checkboxes = {
-        f"seg{index}": widgets.Checkbox(
-            value=True, description=label, style={"description_width": "initial"}
-        )
-        for index, label in enumerate(segment_labels(net.to(device), images))
+    labels = _segment_labels(net.to(device), make_batch(2)[0])  # two: BatchNorm needs more than one
+    controls: dict[str, widgets.Widget] = {
+        "batch": batch_size_slider(max_batch=max_batch, value=batch, description="batch"),
+        **{
+            f"seg{i}": widgets.Checkbox(
+                value=True, description=label, style={"description_width": "initial"}
+            )
+            for i, label in enumerate(labels)
+        },
     }
+    for control in controls.values():
+        control.layout = wide_layout()
 
     def compute(batch: int, **ticked: bool) -> tuple[SegmentsRun, Figure]:
         chosen = [int(name[3:]) for name, on in ticked.items() if on]
         run = measure_segments(net_class, make_batch, chosen, batch, device, budget_bytes)
-        return run, plot_segments_run(run, device)
+        return run, _plot_segments_run(run, device)
 
-    controls = {
-        "batch": batch_size_slider(max_batch=max_batch, value=batch, description="batch"),
-        **checkboxes,
-    }
-    for control in controls.values():
-        control.layout = wide_layout()
     return RunPanel(
         controls, compute, title="Which of NetA's segments to checkpoint, at which batch"
     )
