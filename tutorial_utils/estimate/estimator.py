@@ -366,6 +366,7 @@ def estimate(
 
 
 _FORKED: tuple[nn.Module, Workload, Card] | None = None  # what forked workers dry-run
+SHORTCUT_BLOCKS = True  # estimate.block_shortcut where it applies; False: every block dry-run
 Outcome = tuple[StepReport, AllocatorPrediction, GpuRun, KeptForBackward | None] | str
 
 
@@ -373,6 +374,12 @@ def _outcome(model: nn.Module, workload: Workload, card: Card, strategy: Strateg
     """The strategy's dry run and its replay through the card's allocator (the events are
     dropped after it: they are many), or why it could not run (selective checkpointing around
     an in-place op, say)."""
+    if SHORTCUT_BLOCKS:  # identical blocks: a few dry-run, the rest written out (exact)
+        from tutorial_utils.estimate.block_shortcut import estimate_outcome
+
+        shortcut = estimate_outcome(model, workload, card, strategy)
+        if shortcut is not None:
+            return shortcut
     kept = KeptForBackward() if workload.is_language_model else None
     try:
         with gpu_run(card, workload.precision) as gpu:

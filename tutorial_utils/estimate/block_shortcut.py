@@ -1,0 +1,534 @@
+"""Identical blocks, dry-run once: a step of N repeated blocks from dry runs of a few.
+
+A language model's decoder layers are copies of one block (same parameters, same options), so
+its dry run repeats one block's ops N times. ``shortcut_outcome`` dry-runs the same step with
+the model cut to k, k+p and k+2p blocks (p: the strategy's period, 2 for "every 2nd block"):
+
+* every figure of the step (peak bytes, breakdown, FLOPs, kept activations, predicted seconds)
+  must grow by the same amount from k to k+p as from k+p to k+2p; it is then extended to N;
+* the allocation events of k+p blocks must be those of k blocks with chunks inserted (a block's
+  forward, its backward, its gradients and optimizer state); each free must point at its
+  allocation by a rule that holds at k, k+p and k+2p blocks (the same block, the one before,
+  the mirror block of the backward pass...). The events of N blocks are then written out in
+  full and replayed through the card's allocator, so ``max_memory_reserved`` is replayed, not
+  extended (the allocator's segments grow in steps, never linearly).
+
+Where any of this does not hold, or the blocks differ (sliding-window layers between full
+ones, say), it answers None and the caller dry-runs all N blocks. ``tests/test_block_shortcut.py``
+holds the shortcut equal to the full dry run, to the byte.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import difflib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from tutorial_utils.checkpointing.blocks import decoder_layers
+from tutorial_utils.checkpointing.strategy import Strategy
+from tutorial_utils.measurement.allocator import AllocationEvent, AllocationLog
+from tutorial_utils.measurement.step import StepReport
+from tutorial_utils.measurement.tracker import CATEGORIES
+
+__all__ = ["MIN_SAVED_BLOCKS", "Traced", "extend_log", "identical_blocks", "shortcut_outcome"]
+
+MIN_SAVED_BLOCKS = 4  # fewer blocks saved than this: dry-run them all (nothing to gain)
+_BASE_BLOCKS = 4  # the first, two middle blocks and the last stay in every cut model
+
+
+@dataclass
+class Traced:
+    """One dry run's figures, flattened (``numbers``), and its allocation events."""
+
+    numbers: dict[str, int | float]
+    log: AllocationLog
+    kernels: list[str]
+    report: StepReport  # with the op-by-op timeline
+
+
+# -- the blocks -----------------------------------------------------------------------------------
+
+
+def _signature(block: nn.Module) -> tuple:
+    """What makes two blocks run the same ops: module types, tensors' shapes and dtypes, and the
+    simple settings of every submodule (a layer's index aside)."""
+    parts: list[Any] = []
+    for name, module in block.named_modules():
+        settings = sorted(
+            (key, value)
+            for key, value in vars(module).items()
+            if not key.startswith("_")
+            and "idx" not in key
+            and isinstance(value, (bool, int, float, str, type(None)))
+        )
+        parts.append((name, type(module).__name__, tuple(settings)))
+    for name, tensor in [*block.named_parameters(), *block.named_buffers()]:
+        parts.append((name, tuple(tensor.shape), tensor.dtype, tensor.requires_grad))
+    return tuple(parts)
+
+
+def identical_blocks(model: nn.Module) -> tuple[nn.Module, str, list[nn.Module]] | None:
+    """(the module holding the blocks, its attribute, the blocks) when a model's repeated blocks
+    sit in one ``nn.ModuleList`` and are identical; else None."""
+    blocks = decoder_layers(model)
+    if len(blocks) < 2:
+        return None
+    for parent in model.modules():
+        for attribute, child in parent.named_children():
+            if isinstance(child, nn.ModuleList) and list(child) == blocks:
+                first = _signature(blocks[0])
+                if all(_signature(block) == first for block in blocks[1:]):
+                    return parent, attribute, blocks
+                return None
+    return None
+
+
+@contextlib.contextmanager
+def cut_to(
+    parent: nn.Module, attribute: str, blocks: list[nn.Module], count: int
+) -> Iterator[None]:
+    """Inside the ``with``, the model runs its first ``count - 1`` blocks and its last one."""
+    original = getattr(parent, attribute)
+    setattr(parent, attribute, nn.ModuleList([*blocks[: count - 1], blocks[-1]]))
+    try:
+        yield
+    finally:
+        setattr(parent, attribute, original)
+
+
+# -- figures that grow by a block at a time -------------------------------------------------------
+
+
+def _extend_numbers(traced: list[Traced], copies: int) -> dict[str, int | float] | None:
+    """Each figure at ``copies`` insertions, when it grows by equal steps over the three runs
+    (sums: FLOPs, bytes kept at the loss, seconds; the peaks come from ``_extend_timeline``)."""
+    first, second, third = (t.numbers for t in traced)
+    if not first.keys() == second.keys() == third.keys():
+        return None
+    extended: dict[str, int | float] = {}
+    for key, value in first.items():
+        step, again = second[key] - value, third[key] - second[key]
+        if isinstance(value, int) and step != again:
+            return None
+        if abs(step - again) > 1e-9 * max(abs(third[key]), 1e-30):
+            return None
+        extended[key] = value + copies * step
+    return extended
+
+
+# -- sequences that grow by inserted chunks --------------------------------------------------------
+
+
+@dataclass
+class Inserted:
+    """A sequence with chunks inserted: ``base`` tokens, each chunk's base position and tokens,
+    and the base tokens that grow with each insertion (an op over every block's tensors at
+    once): ``tokens(copies)`` writes the sequence out with every chunk repeated in place."""
+
+    base: list
+    chunks: list[tuple[int, list]]
+    growth: dict[int, tuple] = field(default_factory=dict)  # base index -> change per copy
+
+    def tokens(self, copies: int) -> list:
+        base = list(self.base)
+        for index, change in self.growth.items():
+            name, numbers = base[index]
+            base[index] = (
+                name,
+                tuple(n + copies * d for n, d in zip(numbers, change, strict=True)),
+            )
+        out: list = []
+        at = 0
+        for position, tokens in self.chunks:
+            out += base[at:position] + tokens * copies
+            at = position
+        return out + base[at:]
+
+    def patterns(self, copies: int) -> list[tuple[int, int, int]]:
+        """(chunk, offset, copy) of each token (chunk -1: base; offset: the base index)."""
+        out = []
+        at = 0
+        for chunk, (position, tokens) in enumerate(self.chunks):
+            out += [(-1, i, 0) for i in range(at, position)]
+            out += [(chunk, o, c) for c in range(copies) for o in range(len(tokens))]
+            at = position
+        return out + [(-1, i, 0) for i in range(at, len(self.base))]
+
+
+def inserted(runs: list[list]) -> Inserted | None:
+    """The chunks that turn the first run into the second, when the third is the first with
+    each chunk twice; None otherwise. Tokens are (name, numbers): names must match; a base
+    token's numbers may grow by the same step with each insertion."""
+    first, second, third = runs
+    names = [[token[0] for token in run] for run in (first, second)]
+    matcher = difflib.SequenceMatcher(None, *names, autojunk=False)
+    places = []  # (base position, start in the second run, length)
+    for tag, i1, _i2, j1, j2 in matcher.get_opcodes():
+        if tag == "insert":
+            places.append([i1, j1, j2 - j1])
+        elif tag != "equal":
+            return None
+    for index, place in enumerate(places):  # between two middle blocks, not next to an end
+        low = places[index - 1][0] if index else 0
+        high = places[index + 1][0] if index + 1 < len(places) else len(first)
+        early = late = place[:2]
+        while early[0] > low and names[0][early[0] - 1] == names[1][early[1] + place[2] - 1]:
+            early = [early[0] - 1, early[1] - 1]
+        while late[0] < high and names[0][late[0]] == names[1][late[1]]:
+            late = [late[0] + 1, late[1] + 1]
+        middle = (late[0] - early[0]) // place[2] // 2 * place[2]
+        place[0], place[1] = early[0] + middle, early[1] + middle
+    chunks = [(i, second[j : j + length]) for i, j, length in places]
+    growth = {}
+    shift = 0
+    for i, token in enumerate(first):
+        shift += sum(length for at, _, length in places if at == i)
+        if token != second[i + shift]:
+            if token[0] != second[i + shift][0]:
+                return None
+            growth[i] = tuple(b - a for a, b in zip(token[1], second[i + shift][1], strict=True))
+    found = Inserted(first, chunks, growth)
+    return found if found.tokens(2) == third else None
+
+
+# -- the allocation events ------------------------------------------------------------------------
+
+
+def _tokens(log: AllocationLog) -> tuple[list[tuple], list[int | None]]:
+    """Each event as (kind, bytes), and for a free the position of the allocation it frees."""
+    sizes: dict[int, int] = {}
+    where: dict[int, int] = {}
+    tokens: list[tuple] = []
+    refs: list[int | None] = []
+    for position, event in enumerate(log.events):
+        if event.kind == "malloc":
+            sizes[event.key], where[event.key] = event.nbytes, position
+            tokens.append((("m", event.nbytes), ()))
+            refs.append(None)
+        elif event.kind == "free":
+            tokens.append((("f", sizes[event.key]), ()))
+            refs.append(where.pop(event.key))
+        else:
+            tokens.append((("w", event.key), ()))
+            refs.append(None)
+    return tokens, refs
+
+
+Reference = tuple  # ("line", a, b) | ("const", base index) | (rule, shift, chunk, offset)
+
+
+def _position(found: Inserted, copies: int, chunk: int, offset: int, copy: int) -> int | None:
+    """Where event ``offset`` of copy ``copy`` of ``chunk`` sits in the run with ``copies``
+    copies; a copy outside 0..copies-1 is the same event of the identical blocks of the base
+    before (negative) or after the chunk."""
+    before = sum(len(tokens) for _, tokens in found.chunks[:chunk]) * copies
+    at, tokens = found.chunks[chunk]
+    if 0 <= copy < copies:
+        return at + before + copy * len(tokens) + offset
+    index = at + (copy if copy < 0 else copy - copies) * len(tokens) + offset
+    if not 0 <= index < len(found.base):
+        return None
+    return index + _shift(found, index, copies)
+
+
+def _shift(found: Inserted, index: int, copies: int) -> int:
+    """How far base event ``index`` moves in the run with ``copies`` copies."""
+    return sum(len(tokens) for at, tokens in found.chunks if at <= index) * copies
+
+
+def _references(found: Inserted, refs: list[list[int | None]]) -> dict[tuple, Reference] | None:
+    """What each free frees. A base free: a position on a line in the copies, fitted through
+    the runs with one and two copies (with none, it may free a base event that a copy stands in
+    for later). A chunk's free: a fixed base event, or the same event of copy c + shift
+    ("shift") or n - 1 - c + shift ("mirror", the backward pass's order) of some chunk."""
+    seen: dict[tuple[int, int], dict[tuple[int, int], int]] = {}
+    for copies, run in enumerate(refs):
+        for (chunk, offset, copy), ref in zip(found.patterns(copies), run, strict=True):
+            if ref is not None:
+                seen.setdefault((chunk, offset), {})[copies, copy] = ref
+    references: dict[tuple, Reference] = {}
+    for pattern, at in seen.items():
+        if pattern[0] == -1:
+            b = at[2, 0] - at[1, 0]
+            references[pattern] = ("line", at[1, 0] - b, b)
+            continue
+        cases = {key: ref for key, ref in at.items() if key[0]}
+        fitted = _fit_chunk_free(found, cases)
+        if fitted is None:
+            return None
+        references[pattern] = fitted
+    return references
+
+
+def _fit_chunk_free(found: Inserted, cases: dict[tuple[int, int], int]) -> Reference | None:
+    """The first reference of a chunk's free that explains every (copies, copy) -> position."""
+    base_refs = {ref - _shift(found, ref, 0) for ref in cases.values()}
+    candidates: list[Reference] = []
+    if len(set(cases.values())) == 1 or len(base_refs) == 1:
+        candidates += [("const", next(iter(base_refs)))]
+    for chunk, (_, tokens) in enumerate(found.chunks):
+        for offset in range(len(tokens)):
+            for rule in ("shift", "mirror"):
+                for shift in range(-3, 4):
+                    candidates.append((rule, shift, chunk, offset))
+    (n, c), ref = next(iter(cases.items()))
+    for candidate in candidates:
+        if candidate[0] != "const" and _target(found, candidate, c, n) != ref:
+            continue  # cheap first test
+        if all(_target(found, candidate, c, n) == r for (n, c), r in cases.items()):
+            return candidate
+    return None
+
+
+def _target(found: Inserted, reference: Reference, copy: int, copies: int) -> int | None:
+    """The position, in the run with ``copies`` copies, of what a free frees."""
+    if reference[0] == "line":
+        return reference[1] + reference[2] * copies
+    if reference[0] == "const":
+        return reference[1] + _shift(found, reference[1], copies)
+    rule, shift, chunk, offset = reference
+    target = copy + shift if rule == "shift" else copies - 1 - copy + shift
+    return _position(found, copies, chunk, offset, target)
+
+
+def extend_log(logs: list[AllocationLog], copies: int) -> AllocationLog | None:
+    """The events of the step with ``copies`` insertions, from its events with 0, 1 and 2
+    (``shortcut_outcome``); None where they do not follow one pattern."""
+    tokens, refs = zip(*map(_tokens, logs), strict=True)
+    found = inserted(list(tokens))
+    if found is None:
+        return None
+    references = _references(found, list(refs))
+    if references is None:
+        return None
+    patterns = found.patterns(copies)
+    events: list[AllocationEvent] = []
+    freed: set[int] = set()
+    all_tokens = found.tokens(copies)
+    for index, ((chunk, offset, copy), ((kind, value), _)) in enumerate(
+        zip(patterns, all_tokens, strict=True)
+    ):
+        if kind == "m":
+            events.append(AllocationEvent("malloc", index, value))
+        elif kind == "w":
+            events.append(AllocationEvent("workspace", value))
+        else:
+            ref = _target(found, references[chunk, offset], copy, copies)
+            if ref is None or not 0 <= ref < index or ref in freed:
+                return None
+            if all_tokens[ref] != (("m", value), ()):
+                return None
+            freed.add(ref)
+            events.append(AllocationEvent("free", ref))
+    first, second = logs[0].baseline_events, logs[1].baseline_events
+    if logs[2].baseline_events - second != second - first:
+        return None
+    return AllocationLog(events, first + copies * (second - first))
+
+
+# -- the peaks, op by op ----------------------------------------------------------------------------
+
+
+def _op_tokens(report: StepReport) -> list[tuple]:
+    """Each op as (name, phase, change of each category's bytes)."""
+    assert report.timeline is not None and report.category_timeline is not None
+    tokens = []
+    before = dict.fromkeys(CATEGORIES, 0)
+    for event, after in zip(report.timeline, report.category_timeline, strict=True):
+        tokens.append(((event.op, event.phase), tuple(after[c] - before[c] for c in CATEGORIES)))
+        before = after
+    return tokens
+
+
+def _peaks(
+    tokens: list[tuple], start: dict[str, int], baseline_bytes: int
+) -> dict[str, int | float] | None:
+    """``peak_bytes``, the breakdown at it, ``phase_peak_bytes`` and ``activation_peak_bytes``
+    as the tracker reads them, from the ops' changes (``start``: each category's bytes at the
+    first op, less its own change)."""
+    live = dict(start)
+    peak, at_peak = baseline_bytes, None
+    phases: dict[str, int] = {}
+    activations = live["activations"]
+    for (_, phase), change in tokens:
+        for category, delta in zip(CATEGORIES, change, strict=True):
+            live[category] += delta
+        total = sum(live.values())
+        if total > phases.get(phase, -1):
+            phases[phase] = total
+        if total > peak:
+            peak, at_peak = total, dict(live)
+        activations = max(activations, live["activations"])
+    if at_peak is None:
+        return None
+    numbers: dict[str, int | float] = {"peak_bytes": peak, "activation_peak_bytes": activations}
+    numbers.update({f"breakdown.{c}": at_peak[c] for c in CATEGORIES})
+    numbers.update({f"phase_peak_bytes.{p}": value for p, value in phases.items()})
+    return numbers
+
+
+def _extend_peaks(reports: list[StepReport], copies: int) -> dict[str, int | float] | None:
+    """The peak figures of the step with ``copies`` insertions, the ops' timeline extended and
+    read again; None unless reading it gives each run's own figures."""
+    runs = [_op_tokens(report) for report in reports]
+    starts = []
+    for report, tokens in zip(reports, runs, strict=True):
+        assert report.category_timeline is not None
+        first = report.category_timeline[0]
+        start = {c: first[c] - tokens[0][1][i] for i, c in enumerate(CATEGORIES)}
+        reported: dict[str, int | float] = {}
+        for name in _PEAK_FIELDS:
+            flatten(name, getattr(report, name), reported)
+        if _peaks(tokens, start, report.baseline_bytes) != reported:
+            return None
+        starts.append(start)
+    found = inserted(runs)
+    if found is None or not all(s == starts[0] for s in starts):
+        return None
+    baseline = reports[0].baseline_bytes + copies * (
+        reports[1].baseline_bytes - reports[0].baseline_bytes
+    )
+    return _peaks(found.tokens(copies), starts[0], baseline)
+
+
+_PEAK_FIELDS = ("peak_bytes", "breakdown", "activation_peak_bytes", "phase_peak_bytes")
+
+
+# -- the step -------------------------------------------------------------------------------------
+
+
+def shortcut_outcome(
+    model: nn.Module,
+    strategy: Strategy,
+    trace: Callable[[], Traced],
+) -> tuple[dict[str, int | float], AllocationLog, list[str]] | None:
+    """The step's figures, events and attention kernels at the model's N blocks from ``trace``
+    (one dry run of the model as it is at the call) at k, k+p and k+2p blocks; None where the
+    blocks are not identical, too few would be saved, or the runs do not follow one pattern."""
+    found = identical_blocks(model)
+    if found is None:
+        return None
+    parent, attribute, blocks = found
+    total, period = len(blocks), max(strategy.every, 1)
+    smallest = _BASE_BLOCKS + (total - _BASE_BLOCKS) % period
+    if total - (smallest + 2 * period) < MIN_SAVED_BLOCKS:
+        return None
+    traced = []
+    for count in (smallest, smallest + period, smallest + 2 * period):
+        with cut_to(parent, attribute, blocks, count):
+            traced.append(trace())
+    copies = (total - smallest) // period
+    numbers = _extend_numbers(traced, copies)
+    peaks = _extend_peaks([t.report for t in traced], copies)
+    log = extend_log([t.log for t in traced], copies)
+    kernels = _extend_kernels([t.kernels for t in traced], copies)
+    if numbers is None or peaks is None or log is None or kernels is None:
+        return None
+    return {**numbers, **peaks}, log, kernels
+
+
+def _extend_kernels(runs: list[list[str]], copies: int) -> list[str] | None:
+    """The attention kernels, one name per call, extended as the calls are."""
+    found = inserted([[(name, ()) for name in run] for run in runs])
+    return None if found is None else [name for name, _ in found.tokens(copies)]
+
+
+def flatten(prefix: str, value: Any, into: dict[str, int | float]) -> None:
+    """Numbers of a report (dataclasses, dicts, numbers) under dotted names."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return
+    if isinstance(value, (int, float)):
+        into[prefix] = value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            flatten(f"{prefix}.{key}", item, into)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for item in dataclasses.fields(value):
+            flatten(f"{prefix}.{item.name}", getattr(value, item.name), into)
+    elif isinstance(value, torch.Tensor):
+        raise TypeError(f"{prefix}: a tensor in a report")
+
+
+def estimate_outcome(model: nn.Module, workload: Any, card: Any, strategy: Strategy) -> Any:
+    """``estimator``'s outcome of one strategy (report, allocator, GPU run, kept activations) by
+    the shortcut; None where it does not apply (the caller then dry-runs every block)."""
+    from tutorial_utils.estimate.breakdown import KeptForBackward
+    from tutorial_utils.estimate.estimator import predict_allocator, train_step
+    from tutorial_utils.estimate.gpu_step import gpu_run
+
+    runs: list[tuple[Any, Any, Any]] = []
+
+    def trace() -> Traced:
+        kept = KeptForBackward() if workload.is_language_model else None
+        with gpu_run(card, workload.precision) as gpu:
+            report = train_step(
+                model,
+                workload,
+                strategy,
+                record_allocations=True,
+                record_timeline=True,
+                kept=kept,
+            )
+        runs.append((report, gpu, kept))
+        numbers: dict[str, int | float] = {}
+        flatten("baseline_bytes", report.baseline_bytes, numbers)
+        flatten("flops", report.flops, numbers)
+        flatten("kept", kept, numbers)
+        flatten("gpu.predicted_seconds", gpu.predicted_seconds, numbers)
+        assert report.allocations is not None
+        return Traced(numbers, report.allocations, list(gpu.kernels), report)
+
+    try:
+        shortcut = shortcut_outcome(model, strategy, trace)
+    except RuntimeError:  # the step cannot run this way: the full dry run says why
+        return None
+    if shortcut is None:
+        return None
+    numbers, log, kernels = shortcut
+    report, gpu, kept = runs[0]
+    report = dataclasses.replace(
+        report,
+        allocations=None,
+        timeline=None,
+        category_timeline=None,
+        **{name: _rebuilt(name, getattr(report, name), numbers) for name in _REPORT_NUMBERS},
+    )
+    if kept is not None:
+        kept = _rebuilt("kept", kept, numbers)
+    gpu = dataclasses.replace(
+        gpu, kernels=kernels, predicted_seconds=numbers.get("gpu.predicted_seconds")
+    )
+    return report, predict_allocator(log, card), gpu, kept
+
+
+_REPORT_NUMBERS = (
+    "peak_bytes",
+    "breakdown",
+    "activation_peak_bytes",
+    "baseline_bytes",
+    "flops",
+    "phase_peak_bytes",
+)
+
+
+def _rebuilt(prefix: str, value: Any, numbers: dict[str, int | float]) -> Any:
+    """``value`` with every number ``flatten`` found in it replaced by ``numbers``'."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)):
+        return numbers[prefix]
+    if isinstance(value, dict):
+        return {key: _rebuilt(f"{prefix}.{key}", item, numbers) for key, item in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {
+            item.name: _rebuilt(f"{prefix}.{item.name}", getattr(value, item.name), numbers)
+            for item in dataclasses.fields(value)
+        }
+        return dataclasses.replace(value, **changes)
+    return value
