@@ -16,7 +16,15 @@ def both_ways(model, workload, card, strategy, monkeypatch):
     monkeypatch.setattr(estimator, "SHORTCUT_BLOCKS", False)
     full = estimator._outcome(model, workload, card, strategy)
     monkeypatch.setattr(block_shortcut, "MIN_SAVED_BLOCKS", 1)
-    return full, block_shortcut.estimate_outcome(model, workload, card, strategy)
+    shortcut = block_shortcut.estimate_outcome(
+        model,
+        workload,
+        card,
+        strategy,
+        train_step=estimator.train_step,
+        predict_allocator=estimator.predict_allocator,
+    )
+    return full, shortcut
 
 
 def assert_same(full, shortcut):

@@ -167,7 +167,7 @@ def inserted(runs: list[list]) -> Inserted | None:
     token's numbers may grow by the same step with each insertion."""
     first, second, third = runs
     names = [[token[0] for token in run] for run in (first, second)]
-    matcher = difflib.SequenceMatcher(None, *names, autojunk=False)
+    matcher = difflib.SequenceMatcher(None, names[0], names[1], autojunk=False)
     places = []  # (base position, start in the second run, length)
     for tag, i1, _i2, j1, j2 in matcher.get_opcodes():
         if tag == "insert":
@@ -339,7 +339,7 @@ def _op_tokens(report: StepReport) -> list[tuple]:
     """Each op as (name, phase, change of each category's bytes)."""
     assert report.timeline is not None and report.category_timeline is not None
     tokens = []
-    before = dict.fromkeys(CATEGORIES, 0)
+    before: dict[str, int] = dict.fromkeys(CATEGORIES, 0)
     for event, after in zip(report.timeline, report.category_timeline, strict=True):
         tokens.append(((event.op, event.phase), tuple(after[c] - before[c] for c in CATEGORIES)))
         before = after
@@ -377,11 +377,13 @@ def _extend_peaks(reports: list[StepReport], copies: int) -> dict[str, int | flo
     """The peak figures of the step with ``copies`` insertions, the ops' timeline extended and
     read again; None unless reading it gives each run's own figures."""
     runs = [_op_tokens(report) for report in reports]
-    starts = []
+    starts: list[dict[str, int]] = []
     for report, tokens in zip(reports, runs, strict=True):
         assert report.category_timeline is not None
         first = report.category_timeline[0]
-        start = {c: first[c] - tokens[0][1][i] for i, c in enumerate(CATEGORIES)}
+        start: dict[str, int] = {
+            str(c): first[c] - tokens[0][1][i] for i, c in enumerate(CATEGORIES)
+        }
         reported: dict[str, int | float] = {}
         for name in _PEAK_FIELDS:
             flatten(name, getattr(report, name), reported)
@@ -455,11 +457,19 @@ def flatten(prefix: str, value: Any, into: dict[str, int | float]) -> None:
         raise TypeError(f"{prefix}: a tensor in a report")
 
 
-def estimate_outcome(model: nn.Module, workload: Any, card: Any, strategy: Strategy) -> Any:
+def estimate_outcome(
+    model: nn.Module,
+    workload: Any,
+    card: Any,
+    strategy: Strategy,
+    *,
+    train_step: Callable[..., StepReport],
+    predict_allocator: Callable[[AllocationLog, Any], Any],
+) -> Any:
     """``estimator``'s outcome of one strategy (report, allocator, GPU run, kept activations) by
-    the shortcut; None where it does not apply (the caller then dry-runs every block)."""
+    the shortcut, with the estimator's own ``train_step`` and ``predict_allocator``; None where
+    it does not apply (the caller then dry-runs every block)."""
     from tutorial_utils.estimate.breakdown import KeptForBackward
-    from tutorial_utils.estimate.estimator import predict_allocator, train_step
     from tutorial_utils.estimate.gpu_step import gpu_run
 
     runs: list[tuple[Any, Any, Any]] = []

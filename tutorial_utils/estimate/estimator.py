@@ -377,7 +377,14 @@ def _outcome(model: nn.Module, workload: Workload, card: Card, strategy: Strateg
     if SHORTCUT_BLOCKS:  # identical blocks: a few dry-run, the rest written out (exact)
         from tutorial_utils.estimate.block_shortcut import estimate_outcome
 
-        shortcut = estimate_outcome(model, workload, card, strategy)
+        shortcut = estimate_outcome(
+            model,
+            workload,
+            card,
+            strategy,
+            train_step=train_step,
+            predict_allocator=predict_allocator,
+        )
         if shortcut is not None:
             return shortcut
     kept = KeptForBackward() if workload.is_language_model else None
