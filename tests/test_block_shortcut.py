@@ -16,6 +16,7 @@ def both_ways(model, workload, card, strategy, monkeypatch):
     monkeypatch.setattr(estimator, "SHORTCUT_BLOCKS", False)
     full = estimator._outcome(model, workload, card, strategy)
     monkeypatch.setattr(block_shortcut, "MIN_SAVED_BLOCKS", 1)
+    monkeypatch.setattr(block_shortcut, "MAX_TRACED_SHARE", 10.0)  # a tiny model: run it anyway
     shortcut = block_shortcut.estimate_outcome(
         model,
         workload,
