@@ -273,6 +273,7 @@ def _flops_ratios(rows: list[StrategyEstimate]) -> None:
 
 
 _FORKED: tuple[nn.Module, Workload, Card, Sharding | None] | None = None  # forked workers' part
+SHORTCUT_BLOCKS = True  # estimate.block_shortcut where it applies; False: every block dry-run
 Outcome = tuple[StepReport, AllocatorPrediction, GpuRun, KeptForBackward | None] | str
 
 
@@ -306,6 +307,19 @@ def _outcome(
     """The strategy's dry run and its replay through the card's allocator (the events are
     dropped after it: they are many), or why it could not run (selective checkpointing around
     an in-place op, say)."""
+    if SHORTCUT_BLOCKS and sharding is None:  # identical blocks: a few dry-run, the rest written out (exact)
+        from tutorial_utils.estimate.block_shortcut import estimate_outcome
+
+        shortcut = estimate_outcome(
+            model,
+            workload,
+            card,
+            strategy,
+            train_step=train_step,
+            predict_allocator=predict_allocator,
+        )
+        if shortcut is not None:
+            return shortcut
     kept = KeptForBackward() if workload.is_language_model and sharding is None else None
     try:
         report, gpu = _dry_run(
