@@ -14,7 +14,7 @@ LAYERS = 11  # 4, 5, 6 blocks dry-run (every 2nd: 5, 7, 9), written out to 11
 def both_ways(model, workload, card, strategy, monkeypatch):
     """(the full dry run's outcome, the shortcut's; None where it does not apply)."""
     monkeypatch.setattr(estimator, "SHORTCUT_BLOCKS", False)
-    full = estimator._outcome(model, workload, card, strategy)
+    full = estimator._outcome(model, workload, card, None, strategy)
     monkeypatch.setattr(block_shortcut, "MIN_SAVED_BLOCKS", 1)
     monkeypatch.setattr(block_shortcut, "MAX_TRACED_SHARE", 10.0)  # a tiny model: run it anyway
     shortcut = block_shortcut.estimate_outcome(
