@@ -163,11 +163,6 @@ def test_the_committed_outputs_come_from_the_pinned_torch_in_the_cpu_profile() -
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (issue 42): the cores add up to about 210 minutes, mostly code to read (03's core "
-    "alone has 335 lines); strict, so this marker must go once they fit in three hours",
-)
 def test_the_seven_cores_take_three_hours_or_less() -> None:
     runs = write_pages.notebook_runs(ROOT)
     minutes = {run.stem: round(sum(run.minutes), 1) for run in runs}

@@ -66,6 +66,7 @@ from tutorial_utils.measurement.gpu_attention import recording_kernels
 from tutorial_utils.measurement.phases import step_phase
 from tutorial_utils.measurement.step import StepReport, next_token_loss
 from tutorial_utils.measurement.tracker import CATEGORIES
+from tutorial_utils.units import MiB
 
 __all__ = [
     "Batch",
@@ -192,7 +193,7 @@ def ddp_bucket_sizes(
     if not parameters:
         return []
     ordered = list(reversed(parameters))  # gradients become ready roughly last layer first
-    limits = [dist._DEFAULT_FIRST_BUCKET_BYTES, int(bucket_cap_mb * 2**20)]
+    limits = [dist._DEFAULT_FIRST_BUCKET_BYTES, int(bucket_cap_mb * MiB)]  # DDP's MB are MiB
     buckets, _ = dist._compute_bucket_assignment_by_size(ordered, limits, [False] * len(ordered))
     return [sum(ordered[i].numel() * ordered[i].element_size() for i in b) for b in buckets]
 
