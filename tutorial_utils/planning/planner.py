@@ -94,15 +94,31 @@ def _segment_stored(
     return kept
 
 
+def _layer_sums(profile: ModelProfile) -> tuple[list[int], list[int]]:
+    """Each module's input bytes as the step holds it (the batch is in the baseline), and the
+    parameter bytes of modules j.. for each j: the same for every segment, so computed once."""
+    current_input = [layer.input_bytes if m > 0 else 0 for m, layer in enumerate(profile.layers)]
+    parameters_from = [0] * (len(profile.layers) + 1)
+    for m in range(len(profile.layers) - 1, -1, -1):
+        parameters_from[m] = parameters_from[m + 1] + profile.layers[m].parameter_bytes
+    return current_input, parameters_from
+
+
 def _segment_high_water(
-    profile: ModelProfile, start: int, end: int, checkpointed: bool, after_plain: bool
+    profile: ModelProfile,
+    start: int,
+    end: int,
+    checkpointed: bool,
+    after_plain: bool,
+    sums: tuple[list[int], list[int]] | None = None,
 ) -> int:
-    """The segment's own peak, on top of what earlier segments left behind."""
+    """The segment's own peak, on top of what earlier segments left behind (``sums``:
+    ``_layer_sums(profile)``, passed by a caller that asks for many segments)."""
     layers = profile.layers
     held = layers[start].input_bytes * _input_kept(profile, start, checkpointed, after_plain)
-    current_input = [layer.input_bytes if m > 0 else 0 for m, layer in enumerate(layers)]
+    current_input, parameters_from = sums if sums is not None else _layer_sums(profile)
     output_grad = _output_grad_bytes(layers[end - 1])
-    grads_after = sum(layer.parameter_bytes for layer in layers[end:])
+    grads_after = parameters_from[end]
 
     high = 0
     saved_before = 0  # plain savings of modules start..m-1, boundaries start+1..m-1
@@ -201,6 +217,7 @@ class _CostTable:
         for layer in profile.layers:
             self.prefix_cost.append(self.prefix_cost[-1] + layer.recompute_cost)
         self._costs: dict[tuple[int, int, bool, bool], tuple[int, int]] = {}
+        self._sums = _layer_sums(profile)
         self._recompute: dict[tuple[int, int], float] = {}
 
     def cost(self, start: int, end: int, checkpointed: bool, after_plain: bool) -> tuple[int, int]:
@@ -209,7 +226,7 @@ class _CostTable:
         if key not in self._costs:
             self._costs[key] = (
                 _segment_stored(self.profile, *key),
-                _segment_high_water(self.profile, *key),
+                _segment_high_water(self.profile, *key, sums=self._sums),
             )
         return self._costs[key]
 
