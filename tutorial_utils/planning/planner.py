@@ -104,54 +104,47 @@ def _layer_sums(profile: ModelProfile) -> tuple[list[int], list[int]]:
     return current_input, parameters_from
 
 
-def _segment_high_water(
+def _segment_high_waters(
     profile: ModelProfile,
     start: int,
-    end: int,
     checkpointed: bool,
     after_plain: bool,
-    sums: tuple[list[int], list[int]] | None = None,
-) -> int:
-    """The segment's own peak, on top of what earlier segments left behind (``sums``:
-    ``_layer_sums(profile)``, passed by a caller that asks for many segments)."""
-    layers = profile.layers
-    held = layers[start].input_bytes * _input_kept(profile, start, checkpointed, after_plain)
-    current_input, parameters_from = sums if sums is not None else _layer_sums(profile)
-    output_grad = _output_grad_bytes(layers[end - 1])
-    grads_after = parameters_from[end]
+    sums: tuple[list[int], list[int]],
+) -> list[int]:
+    """The own peak, on top of what earlier segments left behind, of the segment start..end-1
+    for each end after ``start`` (``sums``: ``_layer_sums(profile)``), in one pass.
 
-    high = 0
+    Forward at module m holds its input, its internals and its output beside the plain savings
+    of modules start..m-1 (a checkpointed segment keeps them only while it recomputes, with the
+    gradient of its output and the parameter gradients after it). Backward at module m holds the
+    savings of modules start..m, m's saved output, the gradients of its output and input and
+    every parameter gradient from m on: neither depends on where the segment ends, so the peak
+    of a longer segment is a running maximum.
+    """
+    layers = profile.layers
+    current_input, parameters_from = sums
+    held = layers[start].input_bytes * _input_kept(profile, start, checkpointed, after_plain)
+    live_high = forward_high = backward_high = 0
     saved_before = 0  # plain savings of modules start..m-1, boundaries start+1..m-1
-    savings_through = {}  # m -> plain savings of modules start..m, boundaries start+1..m
-    for m in range(start, end):
+    highs = []
+    for m in range(start, len(layers)):
         layer = layers[m]
-        producing = current_input[m] + layer.internal_bytes + layer.output_bytes
-        live = (held if m > start else 0) + producing
-        if checkpointed:  # forward keeps only the segment input; recompute keeps it all
-            high = max(high, live, live + saved_before + output_grad + grads_after)
-        else:
-            high = max(high, live + saved_before)
+        live = (held if m > start else 0) + current_input[m] + layer.internal_bytes
+        live += layer.output_bytes
+        live_high = max(live_high, live)
+        forward_high = max(forward_high, live + saved_before)
         saved_before += layer.internal_bytes
         if m > start and _boundary_kept(profile, m):
             saved_before += layer.input_bytes
-        savings_through[m] = saved_before
-
-    # Backward at module m: savings of modules start..m (their inputs included), the output if
-    # m saved it, the gradients of m's output and input, and every parameter gradient so far.
-    grads_from = grads_after
-    for m in range(end - 1, start - 1, -1):
-        layer = layers[m]
-        grads_from += layer.parameter_bytes
-        high = max(
-            high,
-            held
-            + savings_through[m]
-            + layer.output_bytes * layer.saves_output
-            + _output_grad_bytes(layer)
-            + current_input[m]
-            + grads_from,
-        )
-    return high
+        output_grad = _output_grad_bytes(layer)
+        backward = held + saved_before + layer.output_bytes * layer.saves_output + output_grad
+        backward_high = max(backward_high, backward + current_input[m] + parameters_from[m])
+        if checkpointed:  # forward keeps only the segment input; recompute keeps it all
+            after = output_grad + parameters_from[m + 1]
+            highs.append(max(live_high, forward_high + after, backward_high))
+        else:
+            highs.append(max(forward_high, backward_high))
+    return highs
 
 
 def recomputed_end(profile: ModelProfile, start: int, end: int) -> int:
@@ -221,13 +214,14 @@ class _CostTable:
         self._recompute: dict[tuple[int, int], float] = {}
 
     def cost(self, start: int, end: int, checkpointed: bool, after_plain: bool) -> tuple[int, int]:
-        """(stored, high-water) of one segment, memoized: the search asks for each many times."""
+        """(stored, high-water) of one segment, memoized: the search asks for each many times,
+        and the high-water marks of every segment from ``start`` come in one pass."""
         key = (start, end, checkpointed, after_plain)
         if key not in self._costs:
-            self._costs[key] = (
-                _segment_stored(self.profile, *key),
-                _segment_high_water(self.profile, *key, sums=self._sums),
-            )
+            highs = _segment_high_waters(self.profile, start, checkpointed, after_plain, self._sums)
+            for later, high in enumerate(highs, start=start + 1):
+                stored = _segment_stored(self.profile, start, later, checkpointed, after_plain)
+                self._costs[(start, later, checkpointed, after_plain)] = (stored, high)
         return self._costs[key]
 
     def extend(self, partial: _Partial, end: int, checkpointed: bool) -> _Partial:
