@@ -48,9 +48,10 @@ PIP_OPTIONS = ("--no-compile", "--disable-pip-version-check")
 PIP_NOISE = "is ignored: it is neither"
 PIP_ONLY_ENV = "TUTORIAL_SETUP_PIP"
 # uv installs what pip would, but downloads and unpacks the wheels in parallel and links them from
-# its cache: a fresh .venv took 92 s with uv where pip took 311 s here (torch's CUDA build, cold
-# caches, shared machine), and 2 s for torch once uv's cache holds it. pip installs this one
-# small wheel first, and stays the fallback wherever uv cannot be installed or fails.
+# its cache: a fresh .venv of the test extras (torch's CUDA build) took 34 s with uv where pip
+# took 82 s here, caches empty, and 7 s once uv's cache held the wheels (2026-12-04, load average
+# 2-3). pip installs this one small wheel first, and stays the fallback wherever uv cannot be
+# installed or fails.
 UV_PIN = "uv==0.13.9"
 # uv reads no pip configuration: the package sources pip is configured with are passed on, and
 # pip's choice among them (the newest version on any index, not the first index that has one)
