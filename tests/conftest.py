@@ -6,10 +6,51 @@ from pathlib import Path
 
 import pytest
 
+from tests import beside
 from tests.schedule import notebook_first_scheduler, schedule
 
 # Notebooks are collected by nbval from notebooks/ only; an .ipynb kept under tests/ is data.
 collect_ignore_glob = ["*.ipynb"]
+
+
+BESIDE = pytest.StashKey[list]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        beside.OPTION,
+        action="append",
+        default=[],
+        metavar="COMMAND",
+        help="a check to run beside the tests at the lowest CPU priority (./scripts/test: mypy); "
+        "its output is printed at the end and its failure fails the run (tests/beside.py)",
+    )
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Start the ``--beside`` checks once, in the process that reports (not in xdist's workers)."""
+    config = session.config
+    if not hasattr(config, "workerinput"):
+        config.stash[BESIDE] = beside.start_all(config.getoption(beside.OPTION))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A failed ``--beside`` check fails the run; an interrupted run stops them."""
+    checks = session.config.stash.get(BESIDE, [])
+    if exitstatus == pytest.ExitCode.INTERRUPTED:
+        for check in checks:
+            check.stop()
+    elif beside.failed(checks) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    checks = config.stash.get(BESIDE, [])
+    if checks and exitstatus != pytest.ExitCode.INTERRUPTED:
+        terminalreporter.section("checks beside the tests")
+        for line in beside.summary_lines(checks):
+            terminalreporter.line(line)
 
 
 def pytest_collection_modifyitems(items: list) -> None:

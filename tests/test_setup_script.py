@@ -25,6 +25,7 @@ import setup as setup_script  # noqa: E402
 from setup import (  # noqa: E402
     CPU_INDEX,
     DRY_RUN_ENV,
+    PIP_ONLY_ENV,
     Runner,
     SetupError,
     choose_interpreter,
@@ -170,13 +171,17 @@ def test_the_stamp_follows_files_extras_and_pins_without_sha256sum(tmp_path) -> 
     assert first != stamp(root, "lab", ("torch==2.9.1",))
 
 
-def _dry_run(monkeypatch, capsys, root: Path, system: str, machine: str, extras: str) -> str:
+def _dry_run(
+    monkeypatch, capsys, root: Path, system: str, machine: str, extras: str, pip_only=False
+) -> str:
     monkeypatch.setattr(setup_script.platform, "system", lambda: system)
     monkeypatch.setattr(setup_script.platform, "machine", lambda: machine)
     monkeypatch.setattr(setup_script, "choose_interpreter", lambda system, environ: ["python3.11"])
     offline = lambda system: torch_source(system, lambda: False, lambda url: False)  # noqa: E731
     monkeypatch.setattr(setup_script, "torch_source", offline)
-    setup_script.setup(extras, root, {DRY_RUN_ENV: "1"})
+    setup_script.setup(
+        extras, root, {DRY_RUN_ENV: "1", **({PIP_ONLY_ENV: "1"} if pip_only else {})}
+    )
     return capsys.readouterr().out
 
 
@@ -192,7 +197,10 @@ def test_a_mac_dry_run_installs_the_macos_pins_from_pypi(tmp_path, monkeypatch, 
 def test_a_windows_dry_run_uses_scripts_and_prints_the_lab_line(tmp_path, monkeypatch, capsys):
     out = _dry_run(monkeypatch, capsys, _fake_root(tmp_path), "Windows", "AMD64", "lab")
     venv_python = str(tmp_path / ".venv" / "Scripts" / "python.exe")
-    assert f"would run: {venv_python} -m pip install -q torch==2.15.0 torchvision==0.29.2" in out
+    assert f"would run: {venv_python} -m pip install -q --no-compile" in out  # uv, with pip
+    uv = str(tmp_path / ".venv" / "Scripts" / "uv.exe")
+    assert f"would run: {uv} pip install -q torch==2.15.0 torchvision==0.29.2 -c" in out
+    assert f"--python {venv_python} " in out
     assert "trust" in out and "01_a.ipynb" in out
     assert out.rstrip().endswith(lab_command("Windows"))
 
@@ -209,19 +217,84 @@ def test_a_fresh_stamp_installs_nothing(tmp_path, monkeypatch, capsys) -> None:
     assert "-m venv" not in out and f"-e {root}[lab]" in out
 
 
+@pytest.mark.parametrize("pip_only", [False, True], ids=["uv", "pip"])
 def test_every_install_is_within_the_constraints_and_compiles_nothing(
-    tmp_path, monkeypatch, capsys
+    tmp_path, monkeypatch, capsys, pip_only
 ) -> None:
     """torch's own dependencies too: installed unconstrained, they were reinstalled at the
-    constraints' versions by the package's step. Python compiles what a session imports."""
+    constraints' versions by the package's step. Python compiles what a session imports (uv
+    compiles nothing unless asked). pip installs uv, and uv the rest, unless told otherwise."""
     root = _fake_root(tmp_path)
-    out = _dry_run(monkeypatch, capsys, root, "Linux", "x86_64", "test,browser")
-    installs = [line for line in out.splitlines() if " -m pip install " in line]
-    assert len(installs) == 3 and "--upgrade pip" in installs[0]  # no venv yet: pip unknown
-    for line in installs:
+    out = _dry_run(monkeypatch, capsys, root, "Linux", "x86_64", "test,browser", pip_only)
+    installs = [line for line in out.splitlines() if " pip install " in line]
+    assert len(installs) == 3 + (not pip_only) and "--upgrade pip" in installs[0]  # pip unknown
+    by_pip = [line for line in installs if " -m pip install " in line]
+    assert len(by_pip) == (3 if pip_only else 2)
+    if not pip_only:
+        assert setup_script.UV_PIN in by_pip[1]
+    for line in by_pip:
         assert "--no-compile" in line and "--disable-pip-version-check" in line
-    for line in installs[1:]:
-        assert f"-c {root / 'constraints.txt'}" in line
+    for line in installs[-2:]:
+        assert f"-c {root / 'constraints.txt'}" in line and "--compile-bytecode" not in line
+        assert ("--index-strategy unsafe-best-match" in line) == (not pip_only)
+
+
+PIP_CONFIG_LIST = """\
+:env:.cert='/etc/ssl/certs/ca-certificates.crt'
+:env:.default-timeout='180'
+:env:.find-links='/opt/wheels'
+global.cert='/etc/ssl/certs/other.crt'
+global.extra-index-url='file:///opt/pypi/simple file:///opt/pypi-more/simple'
+global.find-links='/srv/ignored'
+install.index_url='https://mirror.example/simple'
+global.index-url='https://ignored.example/simple'
+"""
+
+
+def test_uv_gets_the_sources_pip_is_configured_with() -> None:
+    """uv reads no pip.conf and no PIP_* variable: each index and wheel folder is passed on,
+    the environment's value over a file's, [install]'s over [global]'s."""
+    options, cert = setup_script.pip_sources(PIP_CONFIG_LIST)
+    assert options == [
+        "--index-url", "https://mirror.example/simple",
+        "--extra-index-url", "file:///opt/pypi/simple",
+        "--extra-index-url", "file:///opt/pypi-more/simple",
+        "--find-links", "/opt/wheels",
+    ]  # fmt: skip
+    assert cert == "/etc/ssl/certs/ca-certificates.crt"
+    assert setup_script.pip_sources("") == ([], None)
+    assert setup_script.pip_sources("global.no-index='true'\n")[0] == ["--no-index"]
+
+
+class _Recorder(Runner):
+    """Records each command; fails those that hold a word in ``failing``."""
+
+    def __init__(self, failing: set[str]) -> None:
+        super().__init__(dry_run=False)
+        self.commands: list[list[str]] = []
+        self.failing = failing
+
+    def run(self, command, env=None) -> None:
+        self.commands.append(list(command))
+        if self.failing & set(command):
+            raise SetupError(f"this command failed (exit 1): {command[0]}")
+
+
+def test_pip_installs_where_uv_cannot_be_installed_or_fails(tmp_path, monkeypatch) -> None:
+    pip = [str(tmp_path / "python"), "-m", "pip", "install", "-q"]
+    runner = _Recorder(failing={setup_script.UV_PIN})
+    assert setup_script.uv_installer(runner, tmp_path, pip, "Linux", {}) is None
+    assert runner.commands[-1][-1] == setup_script.UV_PIN
+    listed = "global.extra-index-url='file:///opt/pypi/simple'\n"
+    done = subprocess.CompletedProcess([], 0, stdout=listed)
+    monkeypatch.setattr(setup_script.subprocess, "run", lambda *args, **kwargs: done)
+    uv = setup_script.uv_installer(_Recorder(set()), tmp_path, pip, "Linux", {})
+    assert uv is not None and uv[1][-2:] == ["--extra-index-url", "file:///opt/pypi/simple"]
+    runner = _Recorder(failing={str(tmp_path / "bin" / "uv")})
+    setup_script.install_with(runner, uv, pip, ["-e", "pkg"])
+    assert [command[0] for command in runner.commands] == [uv[0][0], pip[0]]
+    assert runner.commands[-1] == [*pip, "-e", "pkg", *setup_script.PIP_OPTIONS]
+    assert setup_script.uv_installer(runner, tmp_path, pip, "Linux", {PIP_ONLY_ENV: "1"}) is None
 
 
 def test_a_recent_pip_is_not_upgraded(tmp_path) -> None:

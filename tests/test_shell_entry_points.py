@@ -113,8 +113,9 @@ def test_test_runs_with_only_mac_tools_up_to_pytest(tmp_path) -> None:
     assert "torch==" in result.stdout and "-m venv" not in result.stdout  # .venv exists
     assert "browser test will be skipped" in result.stderr  # no chromium, no apt-get on a Mac
     calls = log.read_text().splitlines()
-    assert [call.split()[0] for call in calls] == ["ruff", "ruff", "lint-imports", "mypy", "python"]
+    assert [call.split()[0] for call in calls] == ["ruff", "ruff", "lint-imports", "python"]
     assert calls[-1].startswith("python -m pytest") and calls[-1].endswith("notebooks -k x")
+    assert "--beside .venv/bin/mypy" in calls[-1]  # mypy runs beside the tests
     assert "--nbval-lax" in calls[-1]  # without chromium nbval runs the notebooks
     assert "the notebooks run under nbval instead" in result.stderr
 
@@ -128,5 +129,5 @@ def test_test_with_chromium_leaves_the_notebooks_to_the_browser_test(tmp_path) -
     result = _run(root, bin_dir, "scripts/test", "-k", "x")
     assert result.returncode == 0, result.stderr
     pytest_call = log.read_text().splitlines()[-1]
-    assert pytest_call.endswith("--no-loadscope-reorder tests -k x")  # each notebook once, in Lab
+    assert pytest_call.endswith("--beside .venv/bin/mypy tests -k x")  # each notebook once, in Lab
     assert "nbval" not in pytest_call

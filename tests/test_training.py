@@ -153,6 +153,7 @@ def test_zero_epochs_is_a_clear_error():
         run(tiny_model(), 0)
 
 
+@pytest.mark.slow  # its module's unit of work starts early, not last (tests/schedule.py)
 @pytest.mark.parametrize(
     "experiment,segments", [("vgg16-dogcat", "segments-2"), ("neta-cifar10", "segments-5")]
 )

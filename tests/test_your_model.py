@@ -54,6 +54,7 @@ def test_panel_estimates_and_searches_the_chosen_strategy():
     assert "torchvision:resnet18" in panel.panel.controls["model"].options
 
 
+@pytest.mark.slow  # its module's unit of work starts early, not last (tests/schedule.py)
 def test_panel_offers_the_commands_gpu_qlora_and_allocator_choices():
     """The panel's GPU, nf4 and expandable-segments choices reach the estimate as the command's
     --gpu, --precision nf4 and --expandable-segments do: the T4's own memory and its kernel."""

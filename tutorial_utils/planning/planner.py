@@ -94,48 +94,57 @@ def _segment_stored(
     return kept
 
 
-def _segment_high_water(
-    profile: ModelProfile, start: int, end: int, checkpointed: bool, after_plain: bool
-) -> int:
-    """The segment's own peak, on top of what earlier segments left behind."""
-    layers = profile.layers
-    held = layers[start].input_bytes * _input_kept(profile, start, checkpointed, after_plain)
-    current_input = [layer.input_bytes if m > 0 else 0 for m, layer in enumerate(layers)]
-    output_grad = _output_grad_bytes(layers[end - 1])
-    grads_after = sum(layer.parameter_bytes for layer in layers[end:])
+def _layer_sums(profile: ModelProfile) -> tuple[list[int], list[int]]:
+    """Each module's input bytes as the step holds it (the batch is in the baseline), and the
+    parameter bytes of modules j.. for each j: the same for every segment, so computed once."""
+    current_input = [layer.input_bytes if m > 0 else 0 for m, layer in enumerate(profile.layers)]
+    parameters_from = [0] * (len(profile.layers) + 1)
+    for m in range(len(profile.layers) - 1, -1, -1):
+        parameters_from[m] = parameters_from[m + 1] + profile.layers[m].parameter_bytes
+    return current_input, parameters_from
 
-    high = 0
+
+def _segment_high_waters(
+    profile: ModelProfile,
+    start: int,
+    checkpointed: bool,
+    after_plain: bool,
+    sums: tuple[list[int], list[int]],
+) -> list[int]:
+    """The own peak, on top of what earlier segments left behind, of the segment start..end-1
+    for each end after ``start`` (``sums``: ``_layer_sums(profile)``), in one pass.
+
+    Forward at module m holds its input, its internals and its output beside the plain savings
+    of modules start..m-1 (a checkpointed segment keeps them only while it recomputes, with the
+    gradient of its output and the parameter gradients after it). Backward at module m holds the
+    savings of modules start..m, m's saved output, the gradients of its output and input and
+    every parameter gradient from m on: neither depends on where the segment ends, so the peak
+    of a longer segment is a running maximum.
+    """
+    layers = profile.layers
+    current_input, parameters_from = sums
+    held = layers[start].input_bytes * _input_kept(profile, start, checkpointed, after_plain)
+    live_high = forward_high = backward_high = 0
     saved_before = 0  # plain savings of modules start..m-1, boundaries start+1..m-1
-    savings_through = {}  # m -> plain savings of modules start..m, boundaries start+1..m
-    for m in range(start, end):
+    highs = []
+    for m in range(start, len(layers)):
         layer = layers[m]
-        producing = current_input[m] + layer.internal_bytes + layer.output_bytes
-        live = (held if m > start else 0) + producing
-        if checkpointed:  # forward keeps only the segment input; recompute keeps it all
-            high = max(high, live, live + saved_before + output_grad + grads_after)
-        else:
-            high = max(high, live + saved_before)
+        live = (held if m > start else 0) + current_input[m] + layer.internal_bytes
+        live += layer.output_bytes
+        live_high = max(live_high, live)
+        forward_high = max(forward_high, live + saved_before)
         saved_before += layer.internal_bytes
         if m > start and _boundary_kept(profile, m):
             saved_before += layer.input_bytes
-        savings_through[m] = saved_before
-
-    # Backward at module m: savings of modules start..m (their inputs included), the output if
-    # m saved it, the gradients of m's output and input, and every parameter gradient so far.
-    grads_from = grads_after
-    for m in range(end - 1, start - 1, -1):
-        layer = layers[m]
-        grads_from += layer.parameter_bytes
-        high = max(
-            high,
-            held
-            + savings_through[m]
-            + layer.output_bytes * layer.saves_output
-            + _output_grad_bytes(layer)
-            + current_input[m]
-            + grads_from,
-        )
-    return high
+        output_grad = _output_grad_bytes(layer)
+        backward = held + saved_before + layer.output_bytes * layer.saves_output + output_grad
+        backward_high = max(backward_high, backward + current_input[m] + parameters_from[m])
+        if checkpointed:  # forward keeps only the segment input; recompute keeps it all
+            after = output_grad + parameters_from[m + 1]
+            highs.append(max(live_high, forward_high + after, backward_high))
+        else:
+            highs.append(max(forward_high, backward_high))
+    return highs
 
 
 def recomputed_end(profile: ModelProfile, start: int, end: int) -> int:
@@ -201,16 +210,18 @@ class _CostTable:
         for layer in profile.layers:
             self.prefix_cost.append(self.prefix_cost[-1] + layer.recompute_cost)
         self._costs: dict[tuple[int, int, bool, bool], tuple[int, int]] = {}
+        self._sums = _layer_sums(profile)
         self._recompute: dict[tuple[int, int], float] = {}
 
     def cost(self, start: int, end: int, checkpointed: bool, after_plain: bool) -> tuple[int, int]:
-        """(stored, high-water) of one segment, memoized: the search asks for each many times."""
+        """(stored, high-water) of one segment, memoized: the search asks for each many times,
+        and the high-water marks of every segment from ``start`` come in one pass."""
         key = (start, end, checkpointed, after_plain)
         if key not in self._costs:
-            self._costs[key] = (
-                _segment_stored(self.profile, *key),
-                _segment_high_water(self.profile, *key),
-            )
+            highs = _segment_high_waters(self.profile, start, checkpointed, after_plain, self._sums)
+            for later, high in enumerate(highs, start=start + 1):
+                stored = _segment_stored(self.profile, start, later, checkpointed, after_plain)
+                self._costs[(start, later, checkpointed, after_plain)] = (stored, high)
         return self._costs[key]
 
     def extend(self, partial: _Partial, end: int, checkpointed: bool) -> _Partial:
