@@ -307,7 +307,9 @@ def _outcome(
     """The strategy's dry run and its replay through the card's allocator (the events are
     dropped after it: they are many), or why it could not run (selective checkpointing around
     an in-place op, say)."""
-    if SHORTCUT_BLOCKS and sharding is None:  # identical blocks: a few dry-run, the rest written out (exact)
+    if (
+        SHORTCUT_BLOCKS and sharding is None
+    ):  # identical blocks: a few dry-run, the rest written out (exact)
         from tutorial_utils.estimate.block_shortcut import estimate_outcome
 
         shortcut = estimate_outcome(
