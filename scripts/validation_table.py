@@ -65,43 +65,29 @@ class Point:
         }.get(self.measures, "smi")
 
 
-POINTS = [
-    Point(ULT, ULT_FULL, "h100", 78, "unstated: compared with nvidia-smi"),
-    Point(
+def ult_lora(gpu: str, published: float, measures: str, time: bool = False) -> Point:
+    """A point of the source's LoRA run: r8 on q/k/v, dropout 0.05, as its config sets them."""
+    return Point(
         ULT,
         ULT_LORA,
-        "h100",
-        36,
-        "unstated: compared with nvidia-smi",
+        gpu,
+        published,
+        measures,
         lora_rank=8,
         lora_targets=("q_proj", "k_proj", "v_proj"),
         lora_dropout=0.05,
-    ),
+        time=time,
+    )
+
+
+POINTS = [
+    Point(ULT, ULT_FULL, "h100", 78, "unstated: compared with nvidia-smi"),
+    ult_lora("h100", 36, "unstated: compared with nvidia-smi"),
     Point(ULT, ULT_FULL, "a100-80gb", 78, "unstated: compared with nvidia-smi"),
     Point(ULT, ULT_FULL, "h100", 4.7, "seconds per step", time=True),
     Point(ULT, ULT_FULL, "a100-80gb", 9.7, "seconds per step", time=True),
-    Point(
-        ULT,
-        ULT_LORA,
-        "h100",
-        6.4,
-        "seconds per micro-step",
-        lora_rank=8,
-        lora_targets=("q_proj", "k_proj", "v_proj"),
-        lora_dropout=0.05,
-        time=True,
-    ),
-    Point(
-        ULT,
-        ULT_LORA,
-        "a100-80gb",
-        11.5,
-        "seconds per micro-step",
-        lora_rank=8,
-        lora_targets=("q_proj", "k_proj", "v_proj"),
-        lora_dropout=0.05,
-        time=True,
-    ),
+    ult_lora("h100", 6.4, "seconds per micro-step", time=True),
+    ult_lora("a100-80gb", 11.5, "seconds per micro-step", time=True),
 ]
 
 
