@@ -8,7 +8,7 @@ from tutorial_utils.estimate.card import parse_card
 from tutorial_utils.estimate.estimator import Workload, build_model
 from tutorial_utils.estimate.strategies import parse_strategy
 
-LAYERS = 11  # 4, 5, 6 blocks dry-run (every 2nd: 5, 7, 9), written out to 11
+LAYERS = 11  # 3, 4, 5 blocks dry-run (none: 5, 6, 7; every 2nd: 6, 8, 10), written out to 11
 
 
 def both_ways(model, workload, card, strategy, monkeypatch):
@@ -41,7 +41,7 @@ def assert_same(full, shortcut):
 
 @pytest.mark.parametrize(
     ("strategy", "lora"),
-    [("every-block", 4), ("every-2", 0), ("selective", 4)],
+    [("every-block", 4), ("every-2", 0), ("selective", 4), ("none", 4)],
 )
 def test_the_shortcut_equals_the_full_dry_run(tiny_config, monkeypatch, strategy, lora):
     workload = Workload(

@@ -334,6 +334,9 @@ def run_estimate(args: argparse.Namespace) -> int:
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
+    from tutorial_utils.estimate.building import import_model_libraries
+
+    import_model_libraries(workload, alone=True)  # apart from the dry runs' time
     print(f"building {workload.model} on the meta device...", file=sys.stderr, flush=True)
     result = estimate(workload, strategies, card, search=False, jobs=args.jobs, sharding=sharding)
     if not args.json:

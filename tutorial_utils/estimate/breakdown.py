@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 import torch.nn as nn
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
+
+from tutorial_utils.measurement.op_tensors import op_tensors
 
 __all__ = ["REGIONS", "KeptForBackward", "RegionRecorder"]
 
@@ -49,14 +49,8 @@ class RegionRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        inputs = {
-            value.untyped_storage()._cdata
-            for value in tree_leaves((args, kwargs or {}))
-            if isinstance(value, torch.Tensor)
-        }
-        for value in tree_leaves(out):
-            if not isinstance(value, torch.Tensor):
-                continue
+        inputs = {value.untyped_storage()._cdata for value in op_tensors(args, kwargs or {})}
+        for value in op_tensors(out):
             storage = value.untyped_storage()
             known = self._storages.get(storage._cdata)
             if storage._cdata in inputs or (known is not None and known[2]() is not None):

@@ -62,31 +62,65 @@ class Inserted:
 def inserted(runs: list[list]) -> Inserted | None:
     """The chunks that turn the first run into the second, when the third is the first with
     each chunk twice; None otherwise. Tokens are (name, numbers): names must match; a base
-    token's numbers may grow by the same step with each insertion."""
+    token's numbers may grow by the same step with each insertion.
+
+    The alignment of the first two runs can be ambiguous: one block's allocations of a
+    ``foreach`` op and the frees that follow them form a single inserted stretch at the border
+    between the two, where each copy must go into its own half. Where the first alignment fails
+    the third run, a stretch that cannot slide is tried as two, split at each place."""
     first, second, third = runs
     names = [[token[0] for token in run] for run in (first, second)]
     matcher = difflib.SequenceMatcher(None, names[0], names[1], autojunk=False)
     places = []  # (base position, start in the second run, length)
     for tag, i1, _i2, j1, j2 in matcher.get_opcodes():
         if tag == "insert":
-            places.append([i1, j1, j2 - j1])
+            places.append((i1, j1, j2 - j1))
         elif tag != "equal":
             return None
-    for index, place in enumerate(places):  # between two middle blocks, not next to an end
+    found = _checked(first, second, third, _slid(places, names))
+    if found is not None:
+        return found
+    for index, (at, start, length) in enumerate(places):
+        if _slid([(at, start, length)], names) != [(at, start, length)]:
+            continue  # it slides: not stuck at a border
+        for split in range(1, length):
+            parts = [(at, start, split), (at, start + split, length - split)]
+            tried = _slid([*places[:index], *parts, *places[index + 1 :]], names)
+            found = _checked(first, second, third, tried)
+            if found is not None:
+                return found
+    return None
+
+
+def _slid(places: list[tuple[int, int, int]], names: list[list]) -> list[tuple[int, int, int]]:
+    """Each insertion moved to the middle of the stretch it could equally sit in (between two
+    middle blocks, not next to an end)."""
+    moved = []
+    for index, (at, start, length) in enumerate(places):
         low = places[index - 1][0] if index else 0
-        high = places[index + 1][0] if index + 1 < len(places) else len(first)
-        early = late = place[:2]
-        while early[0] > low and names[0][early[0] - 1] == names[1][early[1] + place[2] - 1]:
-            early = [early[0] - 1, early[1] - 1]
+        high = places[index + 1][0] if index + 1 < len(places) else len(names[0])
+        early = late = (at, start)
+        while early[0] > low and names[0][early[0] - 1] == names[1][early[1] + length - 1]:
+            early = (early[0] - 1, early[1] - 1)
         while late[0] < high and names[0][late[0]] == names[1][late[1]]:
-            late = [late[0] + 1, late[1] + 1]
-        middle = (late[0] - early[0]) // place[2] // 2 * place[2]
-        place[0], place[1] = early[0] + middle, early[1] + middle
+            late = (late[0] + 1, late[1] + 1)
+        middle = (late[0] - early[0]) // length // 2 * length
+        moved.append((early[0] + middle, early[1] + middle, length))
+    return moved
+
+
+def _checked(
+    first: list, second: list, third: list, places: list[tuple[int, int, int]]
+) -> Inserted | None:
+    """The insertions ``places`` as an ``Inserted``, if the third run is the first with each
+    chunk twice; else None."""
     chunks = [(i, second[j : j + length]) for i, j, length in places]
     growth = {}
     shift = 0
     for i, token in enumerate(first):
         shift += sum(length for at, _, length in places if at == i)
+        if i + shift >= len(second):
+            return None
         if token != second[i + shift]:
             if token[0] != second[i + shift][0]:
                 return None

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
+from tutorial_utils.measurement.op_tensors import op_tensors
 from tutorial_utils.measurement.phases import PHASES, current_phase
 
 __all__ = ["FORMULAS", "StepFlopCounter", "StepFlops"]
@@ -110,10 +110,9 @@ def _has_own_kernel(func, args, kwargs) -> bool:
     """True when ``func`` has a kernel of its own for its tensors' device (``silu_backward``
     does, besides a decomposition): decomposing it would run, and allocate, other ops than the
     real step runs, and an op with its own kernel has no matrix product inside to count."""
-    for value in tree_leaves((args, kwargs)):
-        if isinstance(value, torch.Tensor):
-            key = _BACKEND_KEYS.get(value.device.type)
-            return key is not None and func.has_kernel_for_dispatch_key(key)
+    for value in op_tensors(args, kwargs):
+        key = _BACKEND_KEYS.get(value.device.type)
+        return key is not None and func.has_kernel_for_dispatch_key(key)
     return False
 
 

@@ -35,6 +35,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from tutorial_utils.measurement.allocator import AllocationEvent, AllocationLog
+from tutorial_utils.measurement.op_tensors import op_tensors
 from tutorial_utils.measurement.phases import Phase, current_phase
 from tutorial_utils.units import MiB
 
@@ -393,11 +394,11 @@ class TensorMemoryTracker(TorchDispatchMode):
         phase = current_phase()
         input_keys = {
             storage._cdata
-            for value in tree_leaves((args, kwargs))
+            for value in op_tensors(args, kwargs)
             if (storage := _storage_of(value)) is not None
         }
         with self._lock:
-            for value in tree_leaves(out):
+            for value in op_tensors(out):
                 storage = _storage_of(value)
                 if storage is None:
                     continue

@@ -20,11 +20,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 from tutorial_utils.checkpointing.strategy import Strategy
 from tutorial_utils.measurement.dry_run import on_meta
 from tutorial_utils.measurement.flops import FORMULAS, _formula_arguments
+from tutorial_utils.measurement.op_tensors import op_tensors
 from tutorial_utils.measurement.step import default_optimizer, prime_optimizer_state
 from tutorial_utils.units import MiB
 
@@ -73,11 +73,7 @@ def measure_machine(side: int = 1024, copy_mib: int = 64, repeats: int = 5) -> M
 
 
 def _tensor_bytes(values) -> int:
-    return sum(
-        value.numel() * value.element_size()
-        for value in tree_leaves(values)
-        if isinstance(value, torch.Tensor)
-    )
+    return sum(value.numel() * value.element_size() for value in op_tensors(values))
 
 
 _ALLOCATIONS = {torch.ops.aten.empty, torch.ops.aten.empty_like, torch.ops.aten.empty_strided}
