@@ -30,6 +30,7 @@ from tutorial_utils.estimate.estimator import (
     largest_fit,
     train_step,
 )
+from tutorial_utils.estimate.gpu_step import as_gpu_runs
 from tutorial_utils.estimate.models import PRESETS, preset_config, repeated_blocks
 from tutorial_utils.estimate.report import estimate_table
 from tutorial_utils.estimate.strategies import parse_strategy
@@ -445,3 +446,26 @@ def test_the_kept_activations_split_into_blocks_logits_and_the_rest(tiny_config)
     assert (
         regions["trainer", "every-block"]["rest"] > 0
     )  # the embeddings, the first checkpoint's input
+
+
+def test_a_search_from_the_table_dry_run_finds_the_same_edge(tiny_config):
+    """The line through the table's own dry run only saves trials: the answer is the one the
+    two-dry-run line finds, for a step with and without checkpointing, by the card's replay."""
+    workload = Workload(f"hf:{tiny_config('llama')}", batch=1, size=256, precision="bf16")
+    model = build_model(workload)
+    probe = parse_card("1GB", "0", "any", False)
+    every = parse_strategy("every-block")
+    needed = train_step(model, workload.with_size(size=1536), every).peak_bytes
+    card = parse_card(f"{(needed + probe.context_bytes) / 2**20:.0f}MB", "0", "any", False)
+    result = estimate(workload, [parse_strategy("none"), every], card, search=False)
+    for row in result.rows:
+        with as_gpu_runs(card):
+            from_table = largest_fit(
+                model, workload, row.strategy, card.budget_bytes, card=card, known=row.report,
+                max_size=4096,
+            )  # fmt: skip
+            from_two_runs = largest_fit(
+                model, workload, row.strategy, card.budget_bytes, card=card, max_size=4096
+            )
+        assert from_table[0] == from_two_runs[0] > 0
+        assert from_table[1] <= from_two_runs[1]

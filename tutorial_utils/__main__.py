@@ -331,8 +331,9 @@ def run_estimate(args: argparse.Namespace) -> int:
     from tutorial_utils.estimate.estimator import estimate, search_largest
     from tutorial_utils.estimate.report import estimate_table
 
-    def progress(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
+    def progress(line: str) -> None:  # one write per line: forked searches share stderr
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
 
     from tutorial_utils.estimate.building import import_model_libraries
 
@@ -345,7 +346,7 @@ def run_estimate(args: argparse.Namespace) -> int:
         write_snapshots(result, args.snapshot)
     if not args.no_search:
         print("\nsearching the largest size that fits (--no-search skips)...", file=sys.stderr)
-        search_largest(result, progress=progress)
+        search_largest(result, progress=progress, jobs=args.jobs)
         if not args.json:
             print("\n" + estimate_table(result))
     if args.json:

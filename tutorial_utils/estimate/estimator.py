@@ -33,6 +33,7 @@ from tutorial_utils.estimate.building import (  # re-exported: the estimator's p
     trainer_loss,
 )
 from tutorial_utils.estimate.card import Card
+from tutorial_utils.estimate.forked import mapped
 from tutorial_utils.estimate.gpu_step import (
     GpuRun,
     as_gpu_runs,
@@ -272,7 +273,6 @@ def _flops_ratios(rows: list[StrategyEstimate]) -> None:
         row.flops_ratio = row.report.flops.total / base.report.flops.total
 
 
-_FORKED: tuple[nn.Module, Workload, Card, Sharding | None] | None = None  # forked workers' part
 SHORTCUT_BLOCKS = True  # estimate.block_shortcut where it applies; False: every block dry-run
 Outcome = tuple[StepReport, AllocatorPrediction, GpuRun, KeptForBackward | None] | str
 
@@ -334,11 +334,6 @@ def _outcome(
     return dataclasses.replace(report, allocations=None), predicted, gpu, kept
 
 
-def _forked_outcome(strategy: Strategy) -> Outcome:
-    assert _FORKED is not None, "set by the parent before it forks"
-    return _outcome(*_FORKED, strategy=strategy)
-
-
 def _run_strategies(
     model: nn.Module,
     workload: Workload,
@@ -347,22 +342,13 @@ def _run_strategies(
     jobs: int,
     sharding: Sharding | None = None,
 ) -> list[Outcome]:
-    import multiprocessing
-    import sys
-
     parts = (model, workload, card, sharding)
-    if jobs < 2 or len(strategies) < 2 or sys.platform != "linux":
-        return [_outcome(*parts, strategy=strategy) for strategy in strategies]
-    global _FORKED
-    _FORKED = parts
-    try:
-        with multiprocessing.get_context("fork").Pool(min(jobs, len(strategies))) as pool:
-            outcomes = pool.map(_forked_outcome, strategies, chunksize=1)
-    finally:
-        _FORKED = None
-    if any(isinstance(o, str) and "fork" in o for o in outcomes):  # autograd ran before: serial
-        return [_outcome(*parts, strategy=strategy) for strategy in strategies]
-    return outcomes
+    return mapped(_outcome_of, parts, list(strategies), jobs)
+
+
+def _outcome_of(parts: tuple, strategy: Strategy) -> Outcome:
+    model, workload, card, sharding = parts
+    return _outcome(model, workload, card, sharding, strategy)
 
 
 def search_largest(
@@ -370,26 +356,37 @@ def search_largest(
     *,
     progress: Callable[[str], None] | None = None,
     max_size: int | None = None,
+    jobs: int = 1,
 ) -> Estimate:
     """Fill in each measured strategy's largest size that fits the card (``largest_fit``, each
-    trial replayed through the card's allocator)."""
+    trial replayed through the card's allocator), in ``jobs`` forked processes as ``estimate``
+    runs its strategies."""
     started = time.perf_counter()
     assert result.model is not None, "estimate() keeps the model it dry-ran"
-    for row in result.rows:
-        if row.report is not None:
-            with as_gpu_runs(result.card):
-                row.largest, row.trials = largest_fit(
-                    result.model,
-                    result.workload,
-                    row.strategy,
-                    result.card.budget_bytes,
-                    progress=progress,
-                    max_size=max_size,
-                    card=result.card,
-                    sharding=result.sharding,
-                )
+    rows = [row for row in result.rows if row.report is not None]
+    parts = (result.model, result.workload, result.card, result.sharding, progress, max_size)
+    found = mapped(_search_one, parts, [(row.strategy, row.report) for row in rows], jobs)
+    for row, (largest, trials) in zip(rows, found, strict=True):
+        row.largest, row.trials = largest, trials
     result.search_seconds = time.perf_counter() - started
     return result
+
+
+def _search_one(parts: tuple, task: tuple[Strategy, StepReport]) -> tuple[int, int]:
+    model, workload, card, sharding, progress, max_size = parts
+    strategy, known = task
+    with as_gpu_runs(card):
+        return largest_fit(
+            model,
+            workload,
+            strategy,
+            card.budget_bytes,
+            progress=progress,
+            max_size=max_size,
+            card=card,
+            sharding=sharding,
+            known=known,
+        )
 
 
 def largest_fit(
@@ -402,24 +399,30 @@ def largest_fit(
     max_size: int | None = None,
     card: Card | None = None,
     sharding: Sharding | None = None,
+    known: StepReport | None = None,
 ) -> tuple[int, int]:
     """(largest size that fits, dry runs it took): the longest sequence, in multiples of 256
     tokens, for a language model at the workload's batch; the largest batch for a classifier.
 
-    Two dry runs predict a start (the peak grows about linearly in either), then
-    ``largest_fitting`` confirms by dry runs that stop as soon as their tensors pass the budget:
-    the answer is measured; the line only saves trials. With ``card`` a trial fits only when
-    its replay through the card's caching allocator runs too (``predict_allocator``).
+    A line predicts a start (the peak grows about linearly in either): through ``known``, the
+    step's dry run at the workload's own size, whose weights, gradients and optimizer state do
+    not grow with it; else through two dry runs at 1 and 2 units. ``largest_fitting`` then
+    confirms by dry runs: the answer is measured; the line only saves trials. With ``card`` a
+    trial fits only when its replay through the card's caching allocator runs too
+    (``predict_allocator``; identical blocks dry-run once where ``block_shortcut`` applies).
     ``sharding`` (with ``card``): rank 0's step of N GPUs, its batch per GPU."""
-    from tutorial_utils.measurement.batch_search import largest_fitting, start_on_line
+    from tutorial_utils.measurement.batch_search import (
+        largest_fitting,
+        start_on_line,
+        start_past_known,
+    )
 
     lm = workload.is_language_model
     unit = 256 if lm else 1
     default_size = (
         int(getattr(cast(Any, model).config, "max_position_embeddings", 131072)) if lm else 4096
     )
-    limit = (max_size or default_size) // unit
-    limit = max(limit, 1)
+    limit = max((max_size or default_size) // unit, 1)
 
     def sized(units: int) -> Workload:
         return workload.with_size(size=units * unit) if lm else workload.with_size(batch=units)
@@ -432,6 +435,10 @@ def largest_fit(
         if progress is not None:
             what = f"{units * unit:,} tokens" if lm else f"batch {units}"
             progress(f"  {strategy.name}: trying {what}")
+        if card is not None and sharding is None and SHORTCUT_BLOCKS:
+            outcome = _outcome(model, sized(units), card, None, strategy)
+            if not isinstance(outcome, str):
+                return outcome[1].fits
         try:
             report = trial(
                 sized(units), limit_bytes=budget_bytes, record_allocations=card is not None
@@ -445,12 +452,17 @@ def largest_fit(
             return train_step(model, sized_workload, strategy, **options)
         return _dry_run(model, sized_workload, strategy, card, sharding, **options)[0]
 
-    low, high = (trial(sized(n)).peak_bytes for n in (1, 2))
-    if low > budget_bytes:
-        return 0, 2
-    start = start_on_line(low, high, budget_bytes)
+    if known is not None:
+        start = start_past_known(known, workload.size if lm else workload.batch, budget_bytes)
+        start //= unit
+    else:
+        low, high = (trial(sized(n)).peak_bytes for n in (1, 2))
+        if low > budget_bytes:
+            return 0, 2
+        start = start_on_line(low, high, budget_bytes)
+        trials += 2
     best = largest_fitting(fits, limit, start=min(start, limit))
-    return best * unit, trials + 2
+    return best * unit, trials
 
 
 def _replay_fits(report: StepReport, card: Card) -> bool:

@@ -20,7 +20,7 @@ from tutorial_utils.measurement.autocast import EmulatedAutocast
 from tutorial_utils.measurement.devices import default_device
 from tutorial_utils.measurement.dry_run import build_on_meta
 from tutorial_utils.measurement.nvml import cuda_unavailable_reason
-from tutorial_utils.measurement.step import OptimizerFactory, Recording, measure_step
+from tutorial_utils.measurement.step import OptimizerFactory, Recording, StepReport, measure_step
 from tutorial_utils.measurement.tracker import MemoryLimitExceeded
 from tutorial_utils.units import MiB
 
@@ -31,6 +31,7 @@ __all__ = [
     "MaxBatchResult",
     "SearchMode",
     "start_on_line",
+    "start_past_known",
 ]
 
 # "tracked": the tracked peak against the budget, any device; "cuda": a real step under a capped
@@ -127,6 +128,18 @@ def start_on_line(peak_at_one: int, peak_at_two: int, budget_bytes: int) -> int:
     two steps, at 1 and 2 units, meets the budget here. A prediction that only saves trials."""
     slope = max(peak_at_two - peak_at_one, 1)
     return max(1, math.floor(1 + (budget_bytes - peak_at_one) / slope))
+
+
+def start_past_known(known: StepReport, size: int, budget_bytes: int) -> int:
+    """Where the line through a dry run's peak at ``size`` meets the budget: the weights,
+    gradients and optimizer state at its peak stay, the rest grows with the size (batch or
+    sequence). A prediction that saves the two dry runs of ``start_on_line``."""
+    fixed = sum(
+        known.breakdown.get(category, 0)
+        for category in ("parameters", "gradients", "optimizer_state")
+    )
+    growing = max(known.peak_bytes - fixed, 1)
+    return max(1, int((budget_bytes - fixed) / growing * size))
 
 
 def find_max_batch_size(
