@@ -225,7 +225,7 @@ def _sharded_caveats(result: Estimate) -> list[str]:
 def estimate_table(result: Estimate) -> str:
     """What ran, the strategies side by side, then how the figures were obtained."""
     unit_name, unit = display_unit(result)
-    timing = f"model on meta and dry runs of the strategies: {result.seconds or 0:.1f} s"
+    timing = f"dry runs of the strategies: {result.seconds or 0:.1f} s"
     if result.search_seconds is not None:
         step = "256 tokens" if result.workload.is_language_model else "1 sample"
         timing += f"; largest-fit search (steps of {step}): {result.search_seconds:.1f} s"
