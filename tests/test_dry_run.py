@@ -303,3 +303,20 @@ def test_pytorchs_memtracker_agrees_at_the_articles_sizes(name, make, shape, seg
     # Two trackers written apart (theirs classifies by module hooks, ours by storage) agree to
     # the byte at the articles' sizes: neither counts anything the other misses.
     assert ours.peak_bytes == theirs, (name, ours.peak_bytes, theirs)
+
+
+def test_op_tensors_finds_what_pytree_finds_in_op_arguments():
+    """The dispatch modes' fast walk gives pytree's tensors, in pytree's order, for what aten
+    ops pass: tensors, scalars, lists (foreach), nested tuples and keyword arguments."""
+    from torch.utils._pytree import tree_leaves
+
+    from tutorial_utils.measurement.op_tensors import op_tensors
+
+    a, b, c = torch.ones(1), torch.ones(2), torch.ones(3)
+    cases = [((a, 2.0), {}), (([a, b, c], [b]), {"alpha": 1}), ((a, (b, [c, None])), {"out": a})]
+    for args, kwargs in cases:
+        expected = [v for v in tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)]
+        found = op_tensors(args, kwargs)
+        assert len(found) == len(expected)
+        assert all(x is y for x, y in zip(found, expected, strict=True))
+    assert [t.numel() for t in op_tensors((b, a))] == [2, 1]  # order kept

@@ -22,14 +22,11 @@ def op_tensors(*values: object) -> list[torch.Tensor]:
     return found
 
 
-def _collect(value: object, found: list[torch.Tensor]) -> None:
-    if isinstance(value, _Tensor):
-        found.append(value)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            if isinstance(item, _Tensor):
-                found.append(item)
-            elif isinstance(item, (list, tuple, dict)):
-                _collect(item, found)
-    elif isinstance(value, dict):
-        _collect(tuple(value.values()), found)
+def _collect(items: tuple | list, found: list[torch.Tensor]) -> None:
+    for item in items:
+        if isinstance(item, _Tensor):
+            found.append(item)
+        elif isinstance(item, (list, tuple)):
+            _collect(item, found)
+        elif isinstance(item, dict):
+            _collect(tuple(item.values()), found)
