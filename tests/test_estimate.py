@@ -450,14 +450,14 @@ def test_the_kept_activations_split_into_blocks_logits_and_the_rest(tiny_config)
 
 def test_a_search_from_the_table_dry_run_finds_the_same_edge(tiny_config):
     """The line through the table's own dry run only saves trials: the answer is the one the
-    two-dry-run line finds, for a step with and without checkpointing, by the card's replay."""
+    two-dry-run line finds, by the card's replay."""
     workload = Workload(f"hf:{tiny_config('llama')}", batch=1, size=256, precision="bf16")
     model = build_model(workload)
     probe = parse_card("1GB", "0", "any", False)
     every = parse_strategy("every-block")
     needed = train_step(model, workload.with_size(size=1536), every).peak_bytes
     card = parse_card(f"{(needed + probe.context_bytes) / 2**20:.0f}MB", "0", "any", False)
-    result = estimate(workload, [parse_strategy("none"), every], card, search=False)
+    result = estimate(workload, [every], card, search=False)
     for row in result.rows:
         with as_gpu_runs(card):
             from_table = largest_fit(
@@ -469,3 +469,27 @@ def test_a_search_from_the_table_dry_run_finds_the_same_edge(tiny_config):
             )
         assert from_table[0] == from_two_runs[0] > 0
         assert from_table[1] <= from_two_runs[1]
+
+
+def test_the_command_keeps_bitsandbytes_out_of_a_bf16_lora_process_only():
+    """Alone in its process, a bf16 LoRA estimate never loads bitsandbytes (peft would, about a
+    second) and the LoRA model still builds; called in-process (tests, notebooks) nothing is
+    held back, so a later QLoRA in the same process still finds it."""
+    import subprocess
+    import sys
+
+    from tutorial_utils.estimate.building import import_model_libraries
+
+    check = (
+        "import sys\n"
+        "from tutorial_utils.estimate.building import build_model, import_model_libraries\n"
+        "from tutorial_utils.estimate.workload import Workload\n"
+        "w = Workload('hf:gpt2', batch=1, size=64, lora_rank=4)\n"
+        "import_model_libraries(w, alone=True)\n"
+        "build_model(w)\n"
+        "print(sys.modules.get('bitsandbytes', 'absent') is None)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)
+    assert done.stdout.split()[-1] == "True"
+    import_model_libraries(Workload("hf:gpt2", batch=1, size=64, lora_rank=4))
+    assert sys.modules.get("bitsandbytes", "absent") is not None
