@@ -49,8 +49,8 @@ __all__ = [
 # matmuls and attention, so its HFU stands for what those ops reach; HFU counts attention's
 # whole S x S product, as published.
 COMPUTE_SHARES: dict[tuple[int, int], tuple[float, str]] = {
-    (8, 0): (0.7287, "llm-foundry's A100 80GB HFU, median of 6 rows (59.6-76.8%)"),
-    (9, 0): (0.4952, "llm-foundry's H100 80GB HFU, median of 5 rows (39.8-55.5%)"),
+    (8, 0): (0.7287, "llm-foundry's A100 HFU"),  # median of 6 rows, 59.57-76.82%
+    (9, 0): (0.4952, "llm-foundry's H100 HFU"),  # median of 5 rows, 39.79-55.47%
 }
 UNCALIBRATED_SM = (8, 0)  # other cards take the A100's share: no source calibrates them
 # The share of the quoted bandwidth that the ops bound by memory (norms, rotary embeddings,
@@ -94,7 +94,7 @@ def compute_share(card: Card) -> tuple[float, str]:
     if sm in COMPUTE_SHARES:
         return COMPUTE_SHARES[sm]
     share, source = COMPUTE_SHARES[UNCALIBRATED_SM]
-    return share, f"not calibrated for sm{sm[0]}{sm[1]}: the A100's"
+    return share, f"not calibrated for sm{sm[0]}{sm[1]}: the A100's share"
 
 
 def quoted_machine(card: Card, precision: str) -> Machine | None:
@@ -116,10 +116,10 @@ def quoted_machine(card: Card, precision: str) -> Machine | None:
         bytes_per_second=model.bandwidth * BANDWIDTH_SHARE,
         source=(
             f"predicted, not measured: the dry run's ops by roofline at {share:.0%} of "
-            f"{flops / 1e12:,.4g} TFLOP/s ({which}; share: {share_source}) and "
-            f"{BANDWIDTH_SHARE:.0%} of {model.bandwidth / 1e9:,.0f} GB/s (share fitted on "
-            f"torchtitan's A100 runs); peaks: {model.peaks_source}; not timed: fused or "
-            "compiled kernels, 4-bit matmuls, collectives, launch overhead (docs/VALIDATION.md)"
+            f"{flops / 1e12:,.4g} TFLOP/s ({which}; {share_source}) and {BANDWIDTH_SHARE:.0%} "
+            f"of {model.bandwidth / 1e9:,.0f} GB/s (fitted on torchtitan's A100 runs); not "
+            "timed: fused or compiled kernels, 4-bit matmuls, collectives, launch overhead; "
+            "errors against published runs: docs/VALIDATION.md"
         ),
     )
 
