@@ -93,8 +93,9 @@ def compute_share(card: Card) -> tuple[float, str]:
     sm = card.model.sm
     if sm in COMPUTE_SHARES:
         return COMPUTE_SHARES[sm]
-    share, source = COMPUTE_SHARES[UNCALIBRATED_SM]
-    return share, f"not calibrated for sm{sm[0]}{sm[1]}: the A100's share"
+    share, _ = COMPUTE_SHARES[UNCALIBRATED_SM]
+    which = "this card" if sm is None else f"sm{sm[0]}{sm[1]}"
+    return share, f"not calibrated for {which}: the A100's share"
 
 
 def quoted_machine(card: Card, precision: str) -> Machine | None:
