@@ -4,7 +4,8 @@ that ``python -m tutorial_utils estimate`` can describe, beside what the estimat
 Each point below cites its source (repository, file, commit) and the configuration as the source
 states it; the published figure is typed from the source, the estimate and the error are computed
 here, never typed. ``tests/test_validation_table.py`` re-runs every estimate and fails when one
-moves by more than 0.5% from the committed table. Run it as
+moves by more than 0.5% from the committed table. Step times have their own table (``TIME_POINTS``):
+each row says whether it set a constant of the time model (fit) or checks it (held out). Run it as
 ``OMP_NUM_THREADS=1 .venv/bin/python scripts/validation_table.py`` after a change to the estimator.
 """
 
@@ -20,6 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "VALIDATION.md"
 BEGIN, END = "<!-- validation-table:begin -->", "<!-- validation-table:end -->"
+TIME_BEGIN, TIME_END = "<!-- time-table:begin -->", "<!-- time-table:end -->"
+MODELS = ROOT / "scripts" / "validation_models"  # config.json files of models without a preset
 GIB = 2**30
 
 # github.com/ljm565/universal-llm-trainer, docs/gpu_test.md ("GPU Test", section "1. NVIDIA H100"
@@ -52,6 +55,8 @@ class Point:
     lora_dropout: float = 0.0
     strategy: str = "every-block"
     time: bool = False  # a seconds-per-step point
+    tokens_per_second: bool = False  # a time point published as tokens per second (per GPU)
+    role: str = ""  # a time point: "fit" (sets BANDWIDTH_SHARE) or "held out"
 
     @property
     def compared_with(self) -> str:
@@ -77,6 +82,7 @@ def ult_lora(gpu: str, published: float, measures: str, time: bool = False) -> P
         lora_targets=("q_proj", "k_proj", "v_proj"),
         lora_dropout=0.05,
         time=time,
+        role="held out" if time else "",
     )
 
 
@@ -84,17 +90,59 @@ POINTS = [
     Point(ULT, ULT_FULL, "h100", 78, "unstated: compared with nvidia-smi"),
     ult_lora("h100", 36, "unstated: compared with nvidia-smi"),
     Point(ULT, ULT_FULL, "a100-80gb", 78, "unstated: compared with nvidia-smi"),
-    Point(ULT, ULT_FULL, "h100", 4.7, "seconds per step", time=True),
-    Point(ULT, ULT_FULL, "a100-80gb", 9.7, "seconds per step", time=True),
+]
+
+# github.com/pytorch/torchtitan, docs/performance.md @ 041336434916bdc0f88c1f89fda176fd3c2092e4
+# ("Llama 3 performance numbers" and "Llama 2 performance numbers": WPS, tokens per second per
+# GPU, on 64 A100 80GB with FSDP2) and train_configs/llama3_8b.toml @ 0011fb905e95: batch 1 x
+# 8,192 per GPU, AdamW, compile false, float8 off, bf16 compute (FSDP2's mixed precision),
+# F.scaled_dot_product_attention with is_causal (FlashAttention on an A100). Llama 2: batch 2 x
+# 4,096 per GPU, as the page says. "selective op" saves matmul outputs (here: "selective",
+# which saves every matmul where torchtitan recomputes every second one); "selective layer"
+# checkpoints every n-th block, n not stated: here every 2nd (torchtitan's example value).
+# The dry run is one GPU's step with bf16 weights: it steps AdamW over all parameters where each
+# of torchtitan's 64 ranks steps 1/64 of them, and it does not time FSDP2's collectives.
+TT = "pytorch/torchtitan docs/performance.md @ 0413364"
+TT_8B = "Llama-3-8B full, bf16, AdamW, b1 x 8192, FSDP2 on 64 A100, selective {} AC"
+TT_13B = "Llama-2-13B full, bf16, AdamW, b2 x 4096, FSDP2 on 64 A100, {}"
+# github.com/pytorch/torchtitan, docs/performance.md @ eaea6f6a2fa940f03a10906be1df3489cf30af85
+# (Table 1: Llama 3.1 8B, 8 GPUs, local batch 2, selective AC, FSDP, no compile, no Float8): H100
+# with 96 GB HBM2e at 2.4 TB/s and a 500 W power limit (the page's "Grand Teton" hosts); the
+# --gpu h100 card is the 80 GB SXM at 3.35 TB/s and 700 W. Sequence 8,192 and "selective" as op
+# (the 8B config's defaults; the table does not say which).
+TT_H100 = "pytorch/torchtitan docs/performance.md @ eaea6f6"
+TT_H100_8B = "Llama-3.1-8B full, bf16, AdamW, b2 x 8192, FSDP on 8 H100 96GB (500 W), selective AC"
+LLAMA_2_13B = f"hf:{MODELS / 'llama-2-13b.json'}"  # huggingface.co/meta-llama/Llama-2-13b-hf
+
+
+def torchtitan(configuration: str, published: float, role: str, **run) -> Point:
+    """A torchtitan row: published as tokens per second per GPU (WPS)."""
+    source = TT_H100 if run.get("gpu") == "h100" else TT
+    fields = {"gpu": "a100-80gb", "batch": 1, "size": 8192, **run}
+    return Point(source, configuration, published=published, measures="tokens/s per GPU",
+                 time=True, tokens_per_second=True, role=role, **fields)  # fmt: skip
+
+
+TIME_POINTS = [
+    torchtitan(TT_13B.format("no AC"), 2162, "fit", model=LLAMA_2_13B, batch=2, size=4096,
+               strategy="none"),
+    torchtitan(TT_8B.format("op"), 2973, "fit", strategy="selective"),
+    torchtitan(TT_13B.format("selective layer AC"), 1914, "held out", model=LLAMA_2_13B,
+               batch=2, size=4096, strategy="every-2"),
+    torchtitan(TT_8B.format("layer"), 2904, "held out", strategy="every-2"),
+    torchtitan(TT_H100_8B, 5762, "held out", gpu="h100", batch=2, strategy="selective"),
+    Point(ULT, ULT_FULL, "h100", 4.7, "seconds per step", time=True, role="held out"),
+    Point(ULT, ULT_FULL, "a100-80gb", 9.7, "seconds per step", time=True, role="held out"),
     ult_lora("h100", 6.4, "seconds per micro-step", time=True),
     ult_lora("a100-80gb", 11.5, "seconds per micro-step", time=True),
-]
+]  # fmt: skip
 
 
 def estimated(point: Point) -> dict[str, float]:
     """The estimate's figures for a point: GiB allocated, reserved and on nvidia-smi, and the
     predicted seconds per step (one estimate per run described, shared by its points)."""
-    return _estimated(dataclasses.replace(point, published=0, measures="", time=False))
+    keep = {"published": 0, "measures": "", "time": False, "tokens_per_second": False, "role": ""}
+    return _estimated(dataclasses.replace(point, **keep))
 
 
 @functools.cache
@@ -127,19 +175,45 @@ def _estimated(point: Point) -> dict[str, float]:
 
 
 def table(points: list[Point]) -> str:
-    """The markdown table, estimates computed now."""
+    """The markdown table of memory points, estimates computed now."""
     lines = [
         "| # | source | configuration | GPU | published | what it reads | estimate | error |",
         "|---|---|---|---|---:|---|---:|---:|",
     ]
     for index, point in enumerate(points, 1):
         figure = estimated(point)[point.compared_with]
-        unit = "s" if point.time else "GiB"
         error = (figure - point.published) / point.published
         lines.append(
             f"| {index} | {point.source} | {point.configuration} | {point.gpu} | "
-            f"{point.published:g} {unit} | {point.measures} | {figure:.2f} {unit} "
+            f"{point.published:g} GiB | {point.measures} | {figure:.2f} GiB "
             f"({point.compared_with}) | {error:+.1%} |"
+        )
+    return "\n".join(lines)
+
+
+def published_seconds(point: Point) -> float:
+    """A time point's published seconds per step (per GPU): tokens per second turned into the
+    seconds its batch takes."""
+    if point.tokens_per_second:
+        return point.batch * point.size / point.published
+    return point.published
+
+
+def time_table(points: list[Point]) -> str:
+    """The markdown table of step times: published, predicted, error, and the point's role."""
+    lines = [
+        "| # | source | configuration | GPU | published | s/step published | estimate | "
+        "error | role |",
+        "|---|---|---|---|---:|---:|---:|---:|---|",
+    ]
+    for index, point in enumerate(points, 1):
+        seconds = published_seconds(point)
+        figure = estimated(point)["predicted s/step"]
+        unit = "tok/s per GPU" if point.tokens_per_second else "s"
+        lines.append(
+            f"| {index} | {point.source} | {point.configuration} | {point.gpu} | "
+            f"{point.published:,g} {unit} | {seconds:.3g} | {figure:.2f} s (predicted s/step) | "
+            f"{(figure - seconds) / seconds:+.1%} | {point.role} |"
         )
     return "\n".join(lines)
 
@@ -147,17 +221,21 @@ def table(points: list[Point]) -> str:
 ESTIMATE_CELL = re.compile(r"\| ([0-9.]+) (GiB|s) \(")
 
 
-def committed_estimates(text: str) -> list[float]:
-    """The estimates of the committed table, in row order."""
-    inside = text.split(BEGIN, 1)[1].split(END, 1)[0]
+def committed_estimates(text: str, begin: str = BEGIN, end: str = END) -> list[float]:
+    """The estimates of a committed table (the memory table; the time table with its markers),
+    in row order."""
+    inside = text.split(begin, 1)[1].split(end, 1)[0]
     return [float(m.group(1)) for m in ESTIMATE_CELL.finditer(inside)]
 
 
+def _replaced(text: str, begin: str, end: str, body: str) -> str:
+    before, rest = text.split(begin, 1)
+    return f"{before}{begin}\n{body}\n{end}{rest.split(end, 1)[1]}"
+
+
 def main() -> int:
-    text = DOC.read_text()
-    before, rest = text.split(BEGIN, 1)
-    after = rest.split(END, 1)[1]
-    DOC.write_text(f"{before}{BEGIN}\n{table(POINTS)}\n{END}{after}")
+    text = _replaced(DOC.read_text(), BEGIN, END, table(POINTS))
+    DOC.write_text(_replaced(text, TIME_BEGIN, TIME_END, time_table(TIME_POINTS)))
     print(f"wrote {DOC.relative_to(ROOT)}")
     return 0
 

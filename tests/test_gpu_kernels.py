@@ -149,7 +149,7 @@ def test_t4_and_h100_rows_differ_and_name_their_kernels(tiny_llama, capsys) -> N
     assert t4[0] == "math S x S" and h100[0] == hopper and cpu[0] == "CPU flash"
     assert t4 != h100
     assert "card from --gpu (T4) = 14.8 GiB" in outs["t4"]  # the card's memory, no --card
-    assert "predicted at 50% of the quoted peaks" in outs["h100"]
+    assert "predicted, not measured" in outs["h100"] and "50% of 989 TFLOP/s" in outs["h100"]
     assert "no quoted peaks" in outs["cpu"] and "CPU's SDPA kernel choice" in outs["cpu"]
 
 
@@ -252,12 +252,17 @@ def test_the_step_roofline_charges_only_the_steps_phases() -> None:
 
 def test_quoted_peaks_follow_the_compute_precision() -> None:
     """bf16 and nf4 (dequantized to bf16) take the bf16 tensor-core peak, fp32 the fp32 one; a
-    T4 has no bf16 tensor cores: its bf16 runs at the fp32 figure; all at 50%."""
-    from tutorial_utils.estimate.gpu_step import quoted_machine
+    T4 has no bf16 tensor cores: its bf16 runs at the fp32 figure. FLOP/s are at the share
+    llm-foundry's runs reach on the card's generation (the A100's where none is calibrated),
+    bandwidth at the share fitted on torchtitan's A100 runs."""
+    from tutorial_utils.estimate.gpu_step import BANDWIDTH_SHARE, COMPUTE_SHARES, quoted_machine
 
     h100, t4 = parse_card(None, gpu="h100"), parse_card(None, gpu="t4")
+    hopper, ampere = COMPUTE_SHARES[(9, 0)][0], COMPUTE_SHARES[(8, 0)][0]
     rates = {p: quoted_machine(h100, p).flops_per_second for p in ("bf16", "nf4", "fp32")}
-    assert rates == {"bf16": 989e12 / 2, "nf4": 989e12 / 2, "fp32": 67e12 / 2}
-    assert quoted_machine(t4, "amp-bf16").flops_per_second == 8.1e12 / 2
-    assert quoted_machine(t4, "amp-fp16").flops_per_second == 65e12 / 2
+    assert rates == {"bf16": 989e12 * hopper, "nf4": 989e12 * hopper, "fp32": 67e12 * hopper}
+    assert quoted_machine(h100, "bf16").bytes_per_second == 3.35e12 * BANDWIDTH_SHARE
+    assert quoted_machine(t4, "amp-bf16").flops_per_second == 8.1e12 * ampere
+    assert quoted_machine(t4, "amp-fp16").flops_per_second == 65e12 * ampere
+    assert "not calibrated for sm75" in quoted_machine(t4, "amp-fp16").source
     assert quoted_machine(parse_card("24GB"), "bf16") is None  # no GPU named

@@ -82,3 +82,32 @@ def test_a_plan_made_on_meta_with_a_roofline_charges_memory_bound_recompute():
     assert plan.recompute_seconds is not None and "predicted by the roofline" in str(plan)
     with pytest.raises(ValueError, match="a roofline predicts times for a dry run"):
         profile_sequential(build(), torch.randn(8, 3, 32, 32), machine=QUOTED)
+
+
+def test_causal_fused_attention_is_charged_half_its_formula():
+    """FlashAttention told the mask is causal skips the blocks above the diagonal: half of
+    PyTorch's formula, which counts the whole S x S product (4 b h s^2 d)."""
+    q = torch.empty(1, 4, 256, 64, device="meta", dtype=torch.bfloat16)
+    flash = torch.ops.aten._scaled_dot_product_flash_attention
+    with RooflineCounter(QUOTED) as full:
+        flash(q, q, q, 0.0, False)
+    with RooflineCounter(QUOTED) as causal:
+        flash(q, q, q, 0.0, is_causal=True)
+    assert full.flops == 4 * 4 * 256**2 * 64
+    assert causal.flops * 2 == full.flops
+
+
+def test_an_unsafe_view_moves_no_bytes():
+    """``_unsafe_view`` (a reshape after a matmul) reinterprets its input, like ``view``."""
+    x = torch.empty(1024, 1024, device="meta")
+    with RooflineCounter(QUOTED) as counter:
+        torch.ops.aten._unsafe_view(x, [1024 * 1024])
+    assert counter.bytes == 0 and counter.seconds == 0
+
+
+def test_reading_a_tensors_device_moves_no_bytes():
+    """``prim.device`` (FSDP2 asks it of every parameter) reads metadata, not the tensor."""
+    x = torch.empty(1024, 1024, device="meta")
+    with RooflineCounter(QUOTED) as counter:
+        torch.ops.prim.device(x)
+    assert counter.bytes == 0 and counter.seconds == 0

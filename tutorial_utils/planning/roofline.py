@@ -7,7 +7,9 @@ formulas (``measurement.flops.FORMULAS``); bytes are the sizes of the op's tenso
 outputs, which a dry run knows exactly. Peak FLOP/s and bandwidth come from ``measure_machine``: a
 short matrix product and a large copy on this machine (labelled measured), or figures quoted for a
 named device (labelled quoted). Ops are charged one by one, so overlap between them and caches
-that keep a tensor between ops are not modelled.
+that keep a tensor between ops are not modelled. A fused attention kernel told the mask is causal
+(FlashAttention, cuDNN, memory-efficient) skips the blocks above the diagonal, so it is charged
+half the FLOPs of PyTorch's formula, which counts the whole S x S product.
 """
 
 from __future__ import annotations
@@ -77,6 +79,21 @@ def _tensor_bytes(values) -> int:
 
 
 _ALLOCATIONS = {torch.ops.aten.empty, torch.ops.aten.empty_like, torch.ops.aten.empty_strided}
+# ops that move no bytes though their schema does not say they are views: ``_unsafe_view``
+# reinterprets its input's storage (a reshape after a matmul), like ``view``; ``prim`` ops
+# (``prim.device``, ``prim.layout``) read a tensor's metadata, not its data
+_NO_BYTES = {*_ALLOCATIONS, torch.ops.aten._unsafe_view}
+
+
+def causal_share(func, args: tuple, kwargs: dict) -> float:
+    """The share of its formula's FLOPs a fused attention op computes: 0.5 when told its mask is
+    causal (the kernel skips the blocks above the diagonal), else 1."""
+    names = [argument.name for argument in func._schema.arguments]
+    if "is_causal" not in names:
+        return 1.0
+    index = names.index("is_causal")
+    causal = kwargs.get("is_causal", args[index] if index < len(args) else False)
+    return 0.5 if causal else 1.0
 
 
 class RooflineCounter(TorchDispatchMode):
@@ -95,11 +112,14 @@ class RooflineCounter(TorchDispatchMode):
         out = func(*args, **kwargs)
         packet = func._overloadpacket
         counted = _formula_arguments(packet, args)  # grouped-query heads, as older torch needs
-        flops = int(FORMULAS[packet](*counted, **kwargs, out_val=out)) if packet in FORMULAS else 0
+        flops = 0
+        if packet in FORMULAS:
+            formula = FORMULAS[packet](*counted, **kwargs, out_val=out)
+            flops = int(formula * causal_share(func, args, kwargs))
         # A view (detach, t, view) and an uninitialised allocation (empty) move no bytes;
         # charging them would also make the prediction depend on how many of them a torch
         # release's kernels emit (torch 2.9 emits twice as many detaches as 2.14).
-        moves_nothing = func.is_view or packet in _ALLOCATIONS
+        moves_nothing = func.is_view or packet in _NO_BYTES or func.namespace == "prim"
         moved = 0 if moves_nothing else _tensor_bytes((args, kwargs)) + _tensor_bytes(out)
         arithmetic = flops / self.machine.flops_per_second
         memory = moved / self.machine.bytes_per_second
