@@ -24,14 +24,50 @@ GIB = 2**30
 
 # github.com/ljm565/universal-llm-trainer, docs/gpu_test.md ("GPU Test", section "1. NVIDIA H100"
 # and "3. NVIDIA A100"), configs config/llm_llama3.1_{full,lora}.yaml and
-# config_lora/llm_lora_config.yaml at commit 00ed70b2ad6fdb9c0f6787c02fc0b4cc5d53fb5b: torch 2.5.1,
-# transformers 4.49.0, batch 2 x 8,192 tokens (no padding), bf16 weights (bit: bfloat16, no
+# config_lora/llm_lora_config.yaml at commit 9efd14b5 (2025-09-02, the table's last edit): torch
+# 2.5.1, transformers 4.49.0, batch 2 x 8,192 tokens (no padding), bf16 weights (bit: bfloat16, no
 # autocast), torch.optim.AdamW, Hugging Face gradient checkpointing on every layer, logits deleted
-# after the forward (the Trainer's loop here), attention left to transformers' default (SDPA).
-# LoRA: r 8, alpha 16, dropout 0.05 on q/k/v. "Peak Mem." does not say what it reads.
-ULT = "ljm565/universal-llm-trainer docs/gpu_test.md @ 00ed70b"
+# after the forward (the Trainer's loop here), attention left to transformers' default (SDPA). LoRA: r 8, alpha 16, dropout 0.05 on all seven
+# projections (q, k, v, o, gate, up, down). "Peak Mem." does not say what it reads. Its loss
+# (src/models/llama3.py, Llama3.forward) is nn.CrossEntropyLoss on the bf16 logits, with no fp32
+# upcast: the estimate cannot describe that (docs/VALIDATION.md, "What the rows say").
+ULT = "ljm565/universal-llm-trainer docs/gpu_test.md @ 9efd14b"
 ULT_FULL = "Llama-3.1-8B full, bf16, AdamW, b2 x 8192, every layer checkpointed"
-ULT_LORA = "Llama-3.1-8B LoRA r8 q/k/v p0.05, bf16, AdamW, b2 x 8192, every layer checkpointed"
+ULT_LORA = (
+    "Llama-3.1-8B LoRA r8 q/k/v/o/gate/up/down p0.05, bf16, AdamW, b2 x 8192, "
+    "every layer checkpointed"
+)
+ALL_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+# github.com/foundation-model-stack/fms-acceleration, scripts/benchmarks/refs/a100_80gb.csv at
+# commit 24bdadb2 (2025-02-07), with the run's settings at the same commit: scenarios.yaml
+# (scenarios full-finetuning, standard-peft, baseline-peft-bnb; framework_config empty = plain
+# fms-hf-tuning), defaults.yaml, benchmark.py, accelerate.yaml and refs/requirements.txt (torch
+# 2.4.1, transformers 4.48.1, peft 0.13.2, trl 0.13.0, accelerate 1.0.1, bitsandbytes 0.43.3).
+# Mistral-7B-v0.1 on A100-80GB, packed to 4,096 tokens (benchmark.py's --packing_matrix and
+# --max_seq_len_matrix defaults), per-GPU batch = effective batch (4 or 8) / GPUs, gradient
+# checkpointing (HF, every layer), flash_attention_2, AdamW (the Trainer's default), bf16 weights
+# (torch_dtype bfloat16). Full and LoRA runs set no bf16 flag (no autocast); LoRA r16, alpha 16,
+# dropout 0.1 on q/k/v/o. QLoRA (baseline-peft-bnb): the plugin loads NF4 with double
+# quantization, compute dtype bf16 (plugins/accelerated-peft framework_plugin_bnb.py), and leaves
+# peft to TRL's SFTTrainer with bf16=True (no_peft_model: true): the trl-bf16 recipe. 2 GPUs: FSDP
+# (FULL_SHARD, transformer-based wrap, mixed_precision 'no'). Memory columns
+# (scripts/benchmarks/README.md, "Logging GPU Memory"): mem_peak_torch_mem_alloc_in_bytes is
+# torch.cuda.max_memory_allocated over train() on rank 0 (the Trainer's memory metrics);
+# mem_nvidia_mem_reserved is nvidia-smi's memory.used in MiB, its peak less what was in use before
+# the run, averaged over the GPUs.
+FMS = "foundation-model-stack/fms-acceleration scripts/benchmarks/refs/a100_80gb.csv @ 24bdadb"
+FMS_CHECKPOINTED = "b{batch} x 4096 packed, every layer checkpointed"
+FMS_SHARDED = "b{batch} per GPU x 4096 packed, every layer checkpointed"
+FMS_FULL = "Mistral-7B full, bf16, AdamW, " + FMS_CHECKPOINTED
+FMS_LORA = "Mistral-7B LoRA r16 q/k/v/o p0.1, bf16, AdamW, " + FMS_CHECKPOINTED
+FMS_QLORA = (
+    "Mistral-7B QLoRA NF4 double-quant, r16 q/k/v/o p0.1, TRL SFTTrainer bf16=True, AdamW, "
+    + FMS_CHECKPOINTED
+)
+FMS_FSDP = "Mistral-7B full, bf16, AdamW, 2 GPUs FSDP full shard, " + FMS_SHARDED
+ATTENTION_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
+MIB = 2**20
 
 
 @dataclass(frozen=True)
@@ -50,6 +86,9 @@ class Point:
     lora_rank: int = 0
     lora_targets: tuple[str, ...] = ()
     lora_dropout: float = 0.0
+    qlora_recipe: str = "peft"  # with precision nf4: how the rest is cast (--qlora-recipe)
+    gpus: int = 1  # above 1: rank 0 of this many GPUs, batch per GPU (--gpus)
+    shard: str = ""  # with gpus above 1: fsdp2 or ddp (--shard)
     strategy: str = "every-block"
     time: bool = False  # a seconds-per-step point
 
@@ -58,15 +97,19 @@ class Point:
         """The estimate's figure that reads what the published one reads."""
         if self.time:
             return "predicted s/step"
-        return {
-            "max_memory_allocated": "allocated",
-            "max_memory_reserved": "reserved",
-            "nvidia-smi": "smi",
-        }.get(self.measures, "smi")
+        for counter, figure in (
+            ("max_memory_allocated", "allocated"),
+            ("max_memory_reserved", "reserved"),
+            ("nvidia-smi", "smi"),
+        ):
+            if self.measures.startswith(counter):
+                return figure
+        return "smi"  # unstated: the largest of the three
 
 
 def ult_lora(gpu: str, published: float, measures: str, time: bool = False) -> Point:
-    """A point of the source's LoRA run: r8 on q/k/v, dropout 0.05, as its config sets them."""
+    """A point of the source's LoRA run: r8 on all seven projections, dropout 0.05, as its
+    config sets them."""
     return Point(
         ULT,
         ULT_LORA,
@@ -74,11 +117,33 @@ def ult_lora(gpu: str, published: float, measures: str, time: bool = False) -> P
         published,
         measures,
         lora_rank=8,
-        lora_targets=("q_proj", "k_proj", "v_proj"),
+        lora_targets=ALL_PROJECTIONS,
         lora_dropout=0.05,
         time=time,
     )
 
+
+def fms(configuration: str, batch: int, published_gib: float, measures: str, **run) -> Point:
+    """A point of fms-acceleration's Mistral-7B runs on A100-80GB at 4,096 tokens; ``run``:
+    the LoRA, QLoRA or sharding settings that tell one run from another."""
+    return Point(
+        FMS,
+        configuration.format(batch=batch),
+        "a100-80gb",
+        published_gib,
+        measures,
+        model="hf:mistral-7b",
+        batch=batch,
+        size=4096,
+        **run,
+    )
+
+
+FMS_ALLOCATED = "max_memory_allocated (rank 0)"
+FMS_SMI = "nvidia-smi memory.used (peak, mean of the GPUs)"
+LORA = {"lora_rank": 16, "lora_targets": ATTENTION_PROJECTIONS, "lora_dropout": 0.1}
+QLORA = {"precision": "nf4", "qlora_recipe": "trl-bf16", **LORA}
+FSDP = {"gpus": 2, "shard": "fsdp2"}
 
 POINTS = [
     Point(ULT, ULT_FULL, "h100", 78, "unstated: compared with nvidia-smi"),
@@ -88,6 +153,19 @@ POINTS = [
     Point(ULT, ULT_FULL, "a100-80gb", 9.7, "seconds per step", time=True),
     ult_lora("h100", 6.4, "seconds per micro-step", time=True),
     ult_lora("a100-80gb", 11.5, "seconds per micro-step", time=True),
+    # fms-acceleration: each run's bytes (max_memory_allocated) and MiB (nvidia-smi), as published
+    fms(FMS_FULL, 4, 72434837504 / GIB, FMS_ALLOCATED),
+    fms(FMS_FULL, 4, 77256 * MIB / GIB, FMS_SMI),
+    fms(FMS_LORA, 4, 26704571904 / GIB, FMS_ALLOCATED, **LORA),
+    fms(FMS_LORA, 4, 29576 * MIB / GIB, FMS_SMI, **LORA),
+    fms(FMS_LORA, 8, 38742912512 / GIB, FMS_ALLOCATED, **LORA),
+    fms(FMS_LORA, 8, 43232 * MIB / GIB, FMS_SMI, **LORA),
+    fms(FMS_QLORA, 4, 20669338112 / GIB, FMS_ALLOCATED, **QLORA),
+    fms(FMS_QLORA, 4, 26056 * MIB / GIB, FMS_SMI, **QLORA),
+    fms(FMS_QLORA, 8, 37002646016 / GIB, FMS_ALLOCATED, **QLORA),
+    fms(FMS_QLORA, 8, 46050 * MIB / GIB, FMS_SMI, **QLORA),
+    fms(FMS_FSDP, 2, 36225939968 / GIB, FMS_ALLOCATED, **FSDP),
+    fms(FMS_FSDP, 2, 44382 * MIB / GIB, FMS_SMI, **FSDP),
 ]
 
 
@@ -101,6 +179,7 @@ def estimated(point: Point) -> dict[str, float]:
 def _estimated(point: Point) -> dict[str, float]:
     from tutorial_utils.estimate.card import parse_card
     from tutorial_utils.estimate.estimator import Workload, estimate
+    from tutorial_utils.estimate.sharded import Sharding
     from tutorial_utils.estimate.strategies import parse_strategy
 
     workload = Workload(
@@ -111,9 +190,13 @@ def _estimated(point: Point) -> dict[str, float]:
         lora_rank=point.lora_rank,
         lora_targets=point.lora_targets,
         lora_dropout=point.lora_dropout,
+        qlora_recipe=point.qlora_recipe,
     )
     card = parse_card(None, "0", point.gpu)
-    result = estimate(workload, [parse_strategy(point.strategy)], card, search=False)
+    sharding = Sharding(point.gpus, point.shard) if point.gpus > 1 else None  # type: ignore[arg-type]
+    result = estimate(
+        workload, [parse_strategy(point.strategy)], card, search=False, sharding=sharding
+    )
     row = result.rows[0]
     if row.allocator is None or row.gpu is None:
         raise RuntimeError(f"{point.configuration}: the estimate did not run ({row.error})")
@@ -135,10 +218,11 @@ def table(points: list[Point]) -> str:
     for index, point in enumerate(points, 1):
         figure = estimated(point)[point.compared_with]
         unit = "s" if point.time else "GiB"
+        published = f"{point.published:g}" if point.time else f"{point.published:.2f}"
         error = (figure - point.published) / point.published
         lines.append(
             f"| {index} | {point.source} | {point.configuration} | {point.gpu} | "
-            f"{point.published:g} {unit} | {point.measures} | {figure:.2f} {unit} "
+            f"{published} {unit} | {point.measures} | {figure:.2f} {unit} "
             f"({point.compared_with}) | {error:+.1%} |"
         )
     return "\n".join(lines)
