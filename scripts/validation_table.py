@@ -30,13 +30,16 @@ GIB = 2**30
 # after the forward (the Trainer's loop here), attention left to transformers' default (SDPA). LoRA: r 8, alpha 16, dropout 0.05 on all seven
 # projections (q, k, v, o, gate, up, down). "Peak Mem." does not say what it reads. Its loss
 # (src/models/llama3.py, Llama3.forward) is nn.CrossEntropyLoss on the bf16 logits, with no fp32
-# upcast: the estimate cannot describe that (docs/VALIDATION.md, "What the rows say").
+# upcast: --loss logits-dtype.
 ULT = "ljm565/universal-llm-trainer docs/gpu_test.md @ 9efd14b"
-ULT_FULL = "Llama-3.1-8B full, bf16, AdamW, b2 x 8192, every layer checkpointed"
+ULT_FULL = (
+    "Llama-3.1-8B full, bf16, AdamW, b2 x 8192, every layer checkpointed, loss on bf16 logits"
+)
 ULT_LORA = (
     "Llama-3.1-8B LoRA r8 q/k/v/o/gate/up/down p0.05, bf16, AdamW, b2 x 8192, "
-    "every layer checkpointed"
+    "every layer checkpointed, loss on bf16 logits"
 )
+ULT_LOSS = "logits-dtype"
 ALL_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 # github.com/foundation-model-stack/fms-acceleration, scripts/benchmarks/refs/a100_80gb.csv at
@@ -55,10 +58,11 @@ ALL_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj
 # (scripts/benchmarks/README.md, "Logging GPU Memory"): mem_peak_torch_mem_alloc_in_bytes is
 # torch.cuda.max_memory_allocated over train() on rank 0 (the Trainer's memory metrics);
 # mem_nvidia_mem_reserved is nvidia-smi's memory.used in MiB, its peak less what was in use before
-# the run, averaged over the GPUs.
+# the run, averaged over the GPUs. transformers 4.48.1's loss copies the shifted logits in fp32:
+# --loss transformers-4.48.
 FMS = "foundation-model-stack/fms-acceleration scripts/benchmarks/refs/a100_80gb.csv @ 24bdadb"
-FMS_CHECKPOINTED = "b{batch} x 4096 packed, every layer checkpointed"
-FMS_SHARDED = "b{batch} per GPU x 4096 packed, every layer checkpointed"
+FMS_CHECKPOINTED = "b{batch} x 4096 packed, every layer checkpointed, transformers 4.48's loss"
+FMS_SHARDED = "b{batch} per GPU x 4096 packed, every layer checkpointed, transformers 4.48's loss"
 FMS_FULL = "Mistral-7B full, bf16, AdamW, " + FMS_CHECKPOINTED
 FMS_LORA = "Mistral-7B LoRA r16 q/k/v/o p0.1, bf16, AdamW, " + FMS_CHECKPOINTED
 FMS_QLORA = (
@@ -87,6 +91,7 @@ class Point:
     lora_targets: tuple[str, ...] = ()
     lora_dropout: float = 0.0
     qlora_recipe: str = "peft"  # with precision nf4: how the rest is cast (--qlora-recipe)
+    loss: str = "transformers"  # how the loss treats the logits (--loss)
     gpus: int = 1  # above 1: rank 0 of this many GPUs, batch per GPU (--gpus)
     shard: str = ""  # with gpus above 1: fsdp2 or ddp (--shard)
     strategy: str = "every-block"
@@ -119,6 +124,7 @@ def ult_lora(gpu: str, published: float, measures: str, time: bool = False) -> P
         lora_rank=8,
         lora_targets=ALL_PROJECTIONS,
         lora_dropout=0.05,
+        loss=ULT_LOSS,
         time=time,
     )
 
@@ -135,6 +141,7 @@ def fms(configuration: str, batch: int, published_gib: float, measures: str, **r
         model="hf:mistral-7b",
         batch=batch,
         size=4096,
+        loss="transformers-4.48",
         **run,
     )
 
@@ -146,11 +153,11 @@ QLORA = {"precision": "nf4", "qlora_recipe": "trl-bf16", **LORA}
 FSDP = {"gpus": 2, "shard": "fsdp2"}
 
 POINTS = [
-    Point(ULT, ULT_FULL, "h100", 78, "unstated: compared with nvidia-smi"),
+    Point(ULT, ULT_FULL, "h100", 78, "unstated: compared with nvidia-smi", loss=ULT_LOSS),
     ult_lora("h100", 36, "unstated: compared with nvidia-smi"),
-    Point(ULT, ULT_FULL, "a100-80gb", 78, "unstated: compared with nvidia-smi"),
-    Point(ULT, ULT_FULL, "h100", 4.7, "seconds per step", time=True),
-    Point(ULT, ULT_FULL, "a100-80gb", 9.7, "seconds per step", time=True),
+    Point(ULT, ULT_FULL, "a100-80gb", 78, "unstated: compared with nvidia-smi", loss=ULT_LOSS),
+    Point(ULT, ULT_FULL, "h100", 4.7, "seconds per step", loss=ULT_LOSS, time=True),
+    Point(ULT, ULT_FULL, "a100-80gb", 9.7, "seconds per step", loss=ULT_LOSS, time=True),
     ult_lora("h100", 6.4, "seconds per micro-step", time=True),
     ult_lora("a100-80gb", 11.5, "seconds per micro-step", time=True),
     # fms-acceleration: each run's bytes (max_memory_allocated) and MiB (nvidia-smi), as published
@@ -191,6 +198,7 @@ def _estimated(point: Point) -> dict[str, float]:
         lora_targets=point.lora_targets,
         lora_dropout=point.lora_dropout,
         qlora_recipe=point.qlora_recipe,
+        loss=point.loss,
     )
     card = parse_card(None, "0", point.gpu)
     sharding = Sharding(point.gpus, point.shard) if point.gpus > 1 else None  # type: ignore[arg-type]

@@ -445,3 +445,23 @@ def test_the_kept_activations_split_into_blocks_logits_and_the_rest(tiny_config)
     assert (
         regions["trainer", "every-block"]["rest"] > 0
     )  # the embeddings, the first checkpoint's input
+
+
+def test_the_loss_sets_the_copies_of_the_logits_the_step_holds(tiny_config):
+    """``--loss``: transformers 4.48's loss holds one more fp32 copy of the shifted logits than
+    today's, and a loss on the bf16 logits holds no fp32 copy (the logits dominate here)."""
+    batch, size, vocab = 2, 128, 4000
+    config = tiny_config("llama", vocab_size=vocab)
+    peaks = {}
+    for loss in ("transformers", "transformers-4.48", "logits-dtype"):
+        workload = Workload(f"hf:{config}", batch=batch, size=size, loss=loss)
+        model = build_model(workload)
+        peaks[loss] = train_step(model, workload, parse_strategy("every-block")).peak_bytes
+    shifted_logits = batch * (size - 1) * vocab  # elements
+    assert peaks["transformers-4.48"] - peaks["transformers"] >= 2 * shifted_logits
+    assert peaks["transformers"] - peaks["logits-dtype"] >= 4 * shifted_logits
+
+
+def test_the_loss_is_for_language_models():
+    with pytest.raises(ValueError, match="--loss is for language models"):
+        Workload("torchvision:resnet18", loss="logits-dtype")
