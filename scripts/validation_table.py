@@ -17,6 +17,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from tutorial_utils.units import MiB
+
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "VALIDATION.md"
 BEGIN, END = "<!-- validation-table:begin -->", "<!-- validation-table:end -->"
@@ -71,7 +73,6 @@ FMS_QLORA = (
 )
 FMS_FSDP = "Mistral-7B full, bf16, AdamW, 2 GPUs FSDP full shard, " + FMS_SHARDED
 ATTENTION_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
-MIB = 2**20
 
 
 @dataclass(frozen=True)
@@ -162,17 +163,17 @@ POINTS = [
     ult_lora("a100-80gb", 11.5, "seconds per micro-step", time=True),
     # fms-acceleration: each run's bytes (max_memory_allocated) and MiB (nvidia-smi), as published
     fms(FMS_FULL, 4, 72434837504 / GIB, FMS_ALLOCATED),
-    fms(FMS_FULL, 4, 77256 * MIB / GIB, FMS_SMI),
+    fms(FMS_FULL, 4, 77256 * MiB / GIB, FMS_SMI),
     fms(FMS_LORA, 4, 26704571904 / GIB, FMS_ALLOCATED, **LORA),
-    fms(FMS_LORA, 4, 29576 * MIB / GIB, FMS_SMI, **LORA),
+    fms(FMS_LORA, 4, 29576 * MiB / GIB, FMS_SMI, **LORA),
     fms(FMS_LORA, 8, 38742912512 / GIB, FMS_ALLOCATED, **LORA),
-    fms(FMS_LORA, 8, 43232 * MIB / GIB, FMS_SMI, **LORA),
+    fms(FMS_LORA, 8, 43232 * MiB / GIB, FMS_SMI, **LORA),
     fms(FMS_QLORA, 4, 20669338112 / GIB, FMS_ALLOCATED, **QLORA),
-    fms(FMS_QLORA, 4, 26056 * MIB / GIB, FMS_SMI, **QLORA),
+    fms(FMS_QLORA, 4, 26056 * MiB / GIB, FMS_SMI, **QLORA),
     fms(FMS_QLORA, 8, 37002646016 / GIB, FMS_ALLOCATED, **QLORA),
-    fms(FMS_QLORA, 8, 46050 * MIB / GIB, FMS_SMI, **QLORA),
+    fms(FMS_QLORA, 8, 46050 * MiB / GIB, FMS_SMI, **QLORA),
     fms(FMS_FSDP, 2, 36225939968 / GIB, FMS_ALLOCATED, **FSDP),
-    fms(FMS_FSDP, 2, 44382 * MIB / GIB, FMS_SMI, **FSDP),
+    fms(FMS_FSDP, 2, 44382 * MiB / GIB, FMS_SMI, **FSDP),
 ]
 
 
