@@ -29,8 +29,9 @@ GIB = 2**30
 # config_lora/llm_lora_config.yaml at commit 9efd14b5 (2025-09-02, the table's last edit): torch
 # 2.5.1, transformers 4.49.0, batch 2 x 8,192 tokens (no padding), bf16 weights (bit: bfloat16, no
 # autocast), torch.optim.AdamW, Hugging Face gradient checkpointing on every layer, logits deleted
-# after the forward (the Trainer's loop here), attention left to transformers' default (SDPA). LoRA: r 8, alpha 16, dropout 0.05 on all seven
-# projections (q, k, v, o, gate, up, down). "Peak Mem." does not say what it reads. Its loss
+# after the forward (the Trainer's loop here), attention left to transformers' default (SDPA).
+# LoRA: r 8, alpha 16, dropout 0.05 on all seven projections (q, k, v, o, gate, up, down), as
+# config_lora/llm_lora_config.yaml sets them. "Peak Mem." does not say what it reads. Its loss
 # (src/models/llama3.py, Llama3.forward) is nn.CrossEntropyLoss on the bf16 logits, with no fp32
 # upcast: --loss logits-dtype.
 ULT = "ljm565/universal-llm-trainer docs/gpu_test.md @ 9efd14b"
