@@ -16,6 +16,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from tutorial_utils.units import MiB
 
@@ -95,7 +96,7 @@ class Point:
     qlora_recipe: str = "peft"  # with precision nf4: how the rest is cast (--qlora-recipe)
     loss: str = "transformers"  # how the loss treats the logits (--loss)
     gpus: int = 1  # above 1: rank 0 of this many GPUs, batch per GPU (--gpus)
-    shard: str = ""  # with gpus above 1: fsdp2 or ddp (--shard)
+    shard: Literal["fsdp2", "ddp"] = "fsdp2"  # with gpus above 1 (--shard)
     strategy: str = "every-block"
     time: bool = False  # a seconds-per-step point
 
@@ -203,7 +204,7 @@ def _estimated(point: Point) -> dict[str, float]:
         loss=point.loss,
     )
     card = parse_card(None, "0", point.gpu)
-    sharding = Sharding(point.gpus, point.shard) if point.gpus > 1 else None  # type: ignore[arg-type]
+    sharding = Sharding(point.gpus, point.shard) if point.gpus > 1 else None
     result = estimate(
         workload, [parse_strategy(point.strategy)], card, search=False, sharding=sharding
     )
