@@ -493,3 +493,23 @@ def test_the_command_keeps_bitsandbytes_out_of_a_bf16_lora_process_only():
     assert done.stdout.split()[-1] == "True"
     import_model_libraries(Workload("hf:gpt2", batch=1, size=64, lora_rank=4))
     assert sys.modules.get("bitsandbytes", "absent") is not None
+
+
+def test_the_loss_sets_the_copies_of_the_logits_the_step_holds(tiny_config):
+    """``--loss``: transformers 4.48's loss holds one more fp32 copy of the shifted logits than
+    today's, and a loss on the bf16 logits holds no fp32 copy (the logits dominate here)."""
+    batch, size, vocab = 2, 128, 4000
+    config = tiny_config("llama", vocab_size=vocab)
+    peaks = {}
+    for loss in ("transformers", "transformers-4.48", "logits-dtype"):
+        workload = Workload(f"hf:{config}", batch=batch, size=size, loss=loss)
+        model = build_model(workload)
+        peaks[loss] = train_step(model, workload, parse_strategy("every-block")).peak_bytes
+    shifted_logits = batch * (size - 1) * vocab  # elements
+    assert peaks["transformers-4.48"] - peaks["transformers"] >= 2 * shifted_logits
+    assert peaks["transformers"] - peaks["logits-dtype"] >= 4 * shifted_logits
+
+
+def test_the_loss_is_for_language_models():
+    with pytest.raises(ValueError, match="--loss is for language models"):
+        Workload("torchvision:resnet18", loss="logits-dtype")

@@ -231,6 +231,15 @@ def _add_run_arguments(estimate: argparse.ArgumentParser) -> None:
         "outputs = model(ids); loss.backward() (the logits live through backward)",
     )
     estimate.add_argument(
+        "--loss",
+        choices=("transformers", "transformers-4.48", "logits-dtype"),
+        default="transformers",
+        help="how a language model's loss treats the logits: transformers = ForCausalLMLoss of "
+        "transformers 4.49 and later (the logits upcast to fp32; the default); "
+        "transformers-4.48 = 4.48's (then the shifted logits copied in fp32 too); "
+        "logits-dtype = a custom loop's cross entropy on the bf16 logits, no fp32 upcast",
+    )
+    estimate.add_argument(
         "--json",
         action="store_true",
         help="print every figure as JSON (units in the field names) instead of the table",
@@ -313,6 +322,7 @@ def estimate_workload(args: argparse.Namespace):
         lora_dropout=args.lora_dropout,
         qlora_recipe=args.qlora_recipe,
         loop=args.loop,
+        loss=args.loss,
     )
     strategies = [parse_strategy(s) for s in args.strategies.split(",") if s.strip()]
     if not strategies:

@@ -4,6 +4,8 @@ run (``estimator``) and one rank's of N (``sharded``) build the same step."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any, cast
 
 import torch
@@ -25,6 +27,7 @@ __all__ = [
     "batch_for",
     "build_model",
     "import_model_libraries",
+    "language_model_loss",
     "load_config",
     "make_optimizer",
     "trainer_loss",
@@ -141,13 +144,51 @@ def batch_for(
     return images, torch.randint(0, workload.num_classes, (b,), generator=generator).to(device)
 
 
-def trainer_loss(outputs: Any, token_ids: torch.Tensor) -> torch.Tensor:
-    """``next_token_loss``, as the Trainer's ``compute_loss`` leaves the outputs: the logits
-    are taken out of them, so that only what autograd saved outlives the loss."""
+def trainer_loss(
+    outputs: Any,
+    token_ids: torch.Tensor,
+    token_loss: Callable[[Any, torch.Tensor], torch.Tensor] = next_token_loss,
+) -> torch.Tensor:
+    """``token_loss``, as the Trainer's ``compute_loss`` leaves the outputs: the logits are taken
+    out of them, so that only what autograd saved outlives the loss."""
     logits = outputs.logits
     if isinstance(outputs, dict):  # a ModelOutput: drop its entry and its attribute
         dict.__delitem__(outputs, "logits")
         object.__setattr__(outputs, "logits", None)
-    loss = next_token_loss(logits, token_ids)
+    loss = token_loss(logits, token_ids)
     del logits
     return loss
+
+
+def _shifted_copy_loss(outputs: Any, token_ids: torch.Tensor) -> torch.Tensor:
+    """transformers 4.48.1's ``ForCausalLMLoss`` (loss/loss_utils.py): the logits upcast, then
+    the shifted logits copied, both fp32 and both alive during the cross entropy."""
+    logits = getattr(outputs, "logits", outputs).float()
+    shifted = logits[..., :-1, :].contiguous()
+    return nn.functional.cross_entropy(
+        shifted.view(-1, shifted.size(-1)), token_ids[:, 1:].reshape(-1)
+    )
+
+
+def _logits_dtype_loss(outputs: Any, token_ids: torch.Tensor) -> torch.Tensor:
+    """Cross entropy on the logits in their own dtype (a custom loop's): no fp32 copy."""
+    logits = getattr(outputs, "logits", outputs)[:, :-1]
+    return nn.functional.cross_entropy(
+        logits.reshape(-1, logits.size(-1)), token_ids[:, 1:].reshape(-1)
+    )
+
+
+_TOKEN_LOSSES: dict[str, Callable[[Any, torch.Tensor], torch.Tensor]] = {
+    "transformers": next_token_loss,
+    "transformers-4.48": _shifted_copy_loss,
+    "logits-dtype": _logits_dtype_loss,
+}
+
+
+def language_model_loss(workload: Workload) -> Callable[..., torch.Tensor]:
+    """The loss a language model's step runs: ``workload.loss`` (``LOSSES``), in its loop
+    (``LOOPS``: the Trainer's frees the logits before backward, a plain loop keeps them)."""
+    token_loss = _TOKEN_LOSSES[workload.loss]
+    if workload.loop == "trainer":
+        return functools.partial(trainer_loss, token_loss=token_loss)
+    return token_loss

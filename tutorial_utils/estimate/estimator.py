@@ -28,6 +28,7 @@ from tutorial_utils.estimate.breakdown import KeptForBackward
 from tutorial_utils.estimate.building import (  # re-exported: the estimator's public names
     batch_for,
     build_model,
+    language_model_loss,
     load_config,
     make_optimizer,
     trainer_loss,
@@ -44,6 +45,7 @@ from tutorial_utils.estimate.gpu_step import (
 from tutorial_utils.estimate.workload import (  # re-exported: the estimator's public names
     DTYPES,
     LOOPS,
+    LOSSES,
     PRECISIONS,
     QLORA,
     QLORA_RECIPE_NAMES,
@@ -53,7 +55,7 @@ from tutorial_utils.estimate.workload import (  # re-exported: the estimator's p
 )
 from tutorial_utils.measurement.allocator import AllocationLog, AllocatorPrediction, replay
 from tutorial_utils.measurement.autocast import EmulatedAutocast
-from tutorial_utils.measurement.step import Recording, StepReport, measure_step, next_token_loss
+from tutorial_utils.measurement.step import Recording, StepReport, measure_step
 from tutorial_utils.measurement.tracker import MemoryLimitExceeded
 
 if TYPE_CHECKING:
@@ -63,6 +65,7 @@ __all__ = [
     "DTYPES",
     "Estimate",
     "LOOPS",
+    "LOSSES",
     "Outcome",
     "PRECISIONS",
     "QLORA",
@@ -107,7 +110,7 @@ def train_step(
     autocast = autocast if autocast is not None else workload.autocast()
     loss_fn: Callable[..., torch.Tensor] = nn.CrossEntropyLoss()
     if workload.is_language_model:
-        loss_fn = trainer_loss if workload.loop == "trainer" else next_token_loss
+        loss_fn = language_model_loss(workload)
     remove_hooks = None
     if kept is not None and workload.is_language_model:
         loss_fn, remove_hooks = _recording_regions(model, loss_fn, kept)

@@ -56,6 +56,8 @@ def describe_workload(result: Estimate) -> str:
     optimizer = "AdamW" if w.optimizer == "adamw" else "SGD, momentum 0.9"
     if w.is_language_model:
         optimizer += "; " + ("Trainer's loop" if w.loop == "trainer" else "plain loop")
+        if w.loss != "transformers":
+            optimizer += f", loss: {w.loss}"
     precision = describe_precision(w.precision, w.qlora_recipe)
     if result.sharding is not None and result.sharding.mixed_precision(w) is not None:
         precision = "FSDP2's MixedPrecisionPolicy (next line)"

@@ -55,7 +55,12 @@ import torch.nn as nn
 
 from tutorial_utils.checkpointing.blocks import repeated_blocks
 from tutorial_utils.checkpointing.strategy import OFFLOAD_NOTE, Strategy
-from tutorial_utils.estimate.building import batch_for, build_model, make_optimizer, trainer_loss
+from tutorial_utils.estimate.building import (
+    batch_for,
+    build_model,
+    language_model_loss,
+    make_optimizer,
+)
 from tutorial_utils.estimate.card import Card
 from tutorial_utils.estimate.gpu_step import GpuRun, StepRoofline, as_gpu_runs, quoted_machine
 from tutorial_utils.estimate.workload import DTYPES, QLORA, Workload
@@ -64,7 +69,7 @@ from tutorial_utils.measurement.autocast import EmulatedAutocast
 from tutorial_utils.measurement.fake_ranks import BUFFER_CATEGORIES, ShardedStepTracker, fake_ranks
 from tutorial_utils.measurement.gpu_attention import recording_kernels
 from tutorial_utils.measurement.phases import step_phase
-from tutorial_utils.measurement.step import StepReport, next_token_loss
+from tutorial_utils.measurement.step import StepReport
 from tutorial_utils.measurement.tracker import CATEGORIES
 from tutorial_utils.units import MiB
 
@@ -416,7 +421,7 @@ def estimate_rank(
         raise ValueError(f"{strategy.name!r} is {OFFLOAD_NOTE}")
     loss_fn: Callable[..., torch.Tensor] = nn.CrossEntropyLoss()
     if workload.is_language_model:
-        loss_fn = trainer_loss if workload.loop == "trainer" else next_token_loss
+        loss_fn = language_model_loss(workload)
     autocast = sharding.autocast(workload)
     wrap = autocast.checkpoint_context_fn if autocast is not None else None
     return rank_step(

@@ -13,6 +13,7 @@ from tutorial_utils.measurement.autocast import POLICIES, EmulatedAutocast
 __all__ = [
     "DTYPES",
     "LOOPS",
+    "LOSSES",
     "PRECISIONS",
     "QLORA",
     "QLORA_RECIPE_NAMES",
@@ -31,6 +32,15 @@ LOOPS = {
     "model's outputs, the logits among them, are freed before backward",
     "plain": "a plain loop (outputs = model(ids); loss = ...; loss.backward()): the outputs, the "
     "logits among them, stay alive through backward",
+}
+# How a language model's loss treats the logits: what it holds at its peak.
+LOSSES = {
+    "transformers": "transformers' ForCausalLMLoss (4.49 and later): the logits upcast to fp32, "
+    "the labels shifted",
+    "transformers-4.48": "transformers 4.48's ForCausalLMLoss: the logits upcast to fp32, then the "
+    "shifted logits copied, in fp32 too (logits[..., :-1, :].contiguous())",
+    "logits-dtype": "cross entropy on the logits in their own dtype, no fp32 upcast (a custom "
+    "loop's nn.CrossEntropyLoss()(logits[:, :-1].reshape(-1, vocab), labels[:, 1:].reshape(-1)))",
 }
 
 
@@ -75,6 +85,7 @@ class Workload:
     lora_dropout: float = 0.0  # LoraConfig.lora_dropout
     qlora_recipe: str = "peft"  # with nf4: how the rest is cast (``qlora.QLORA_RECIPES``)
     loop: str = "trainer"  # a language model's training loop (``LOOPS``)
+    loss: str = "transformers"  # how a language model's loss treats the logits (``LOSSES``)
 
     def __post_init__(self) -> None:
         kind, _, name = self.model.partition(":")
@@ -109,6 +120,10 @@ class Workload:
             raise ValueError("--qlora-recipe is for --precision nf4 (QLoRA)")
         if self.loop not in LOOPS:
             raise ValueError(f"--loop must be one of {', '.join(LOOPS)}, got {self.loop!r}")
+        if self.loss not in LOSSES:
+            raise ValueError(f"--loss must be one of {', '.join(LOSSES)}, got {self.loss!r}")
+        if self.loss != "transformers" and kind != "hf":
+            raise ValueError("--loss is for language models: a classifier's loss is on its classes")
         if self.lora_rank < 0:
             raise ValueError(
                 f"LoRA rank must be 0 (full fine-tuning) or more, got {self.lora_rank}"
