@@ -147,11 +147,35 @@ def test_replay_runs_the_step_twice_on_the_cache_and_keeps_workspaces():
         baseline_events=1,
     )
     workspace = cublas_workspace_bytes(None, "2.14")  # 8 MiB + 128 KiB: a new 20 MiB segment
-    once = replay(log, steps=1, workspace_bytes=workspace)
-    twice = replay(log, workspace_bytes=workspace)
+    kept = {"workspace_bytes": workspace, "workspace_per_call": False}  # torch 2.14's rule
+    once = replay(log, steps=1, **kept)
+    twice = replay(log, **kept)
     allocated = 12 * MiB + rounded_bytes(workspace) + 16 * MiB
     assert once.max_allocated_bytes == twice.max_allocated_bytes == allocated
     assert once.max_reserved_bytes == twice.max_reserved_bytes == (12 + 20 + 16) * MiB
     assert twice.fits and twice.margin_bytes is None
-    tight = replay(log, capacity_bytes=40 * MiB, workspace_bytes=workspace)
+    tight = replay(log, capacity_bytes=40 * MiB, **kept)
     assert tight.out_of_memory and not tight.fits
+
+
+def test_a_workspace_per_call_is_given_back_when_the_call_returns():
+    # torch 2.15: each cuBLAS call takes 8 MiB + 128 KiB for itself (a new 20 MiB segment) and
+    # frees it as it returns; the 16 MiB activation then takes the freed segment (best fit),
+    # its rest (4 MiB) split off. Peaks: allocated 12 + 16 MiB, reserved 12 + 20 MiB, both
+    # steps alike; the call's workspace is in the allocated peak while the call runs.
+    log = AllocationLog(
+        [
+            AllocationEvent("malloc", 0, 12 * MiB),
+            AllocationEvent("workspace", 0),
+            AllocationEvent("malloc", 1, 16 * MiB),
+            AllocationEvent("free", 1),
+        ],
+        baseline_events=1,
+    )
+    workspace = cublas_workspace_bytes(None, "2.15")
+    assert workspace == 8 * MiB + 128 * 1024
+    per_call = replay(log, workspace_bytes=workspace, workspace_per_call=True)
+    assert per_call.max_allocated_bytes == 28 * MiB
+    assert per_call.max_reserved_bytes == 32 * MiB
+    wide = replay(log, workspace_bytes=24 * MiB, workspace_per_call=True)
+    assert wide.max_allocated_bytes == 36 * MiB  # the call's 24 MiB above the 12 MiB parameter

@@ -62,7 +62,8 @@ ALLOCATOR_COLUMNS = columns_of(AllocatorRow)
 
 
 def cublas_workspace_bytes(device: torch.device) -> int:
-    """cuBLAS's workspace per thread on ``device`` under the installed torch (the GPU table)."""
+    """cuBLAS's workspace on ``device`` under the installed torch (the GPU table; per call or
+    per thread, as its rule says)."""
     return table_workspace_bytes(torch.cuda.get_device_capability(device))
 
 

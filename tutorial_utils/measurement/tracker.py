@@ -13,9 +13,10 @@ and without the memory, but no time.
 
 What it cannot see: scratch memory a kernel allocates internally and frees before returning
 (im2col buffers, cuDNN workspaces). On CUDA those are in ``max_memory_allocated`` but not
-here; ``scripts/gpu_check.py`` measures the difference. cuBLAS's workspace, taken once per thread
-and kept, is marked in the allocation events (``record_allocations``), which
-``measurement.allocator`` replays through the CUDA caching allocator's rules.
+here; ``scripts/gpu_check.py`` measures the difference. Each cuBLAS call (and its thread) is
+marked in the allocation events (``record_allocations``), which ``measurement.allocator``
+replays through the CUDA caching allocator's rules, cuBLAS's workspace as the installed torch
+takes it (per call, or once per thread and kept: ``tutorial_utils.gpus.CUBLAS_RULES``).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ StorageKind = Literal["state", "grad", ""]
 # ``max_memory_allocated`` counts those block sizes.
 CUDA_BLOCK_BYTES = 512
 
-# Ops that run through cuBLAS on CUDA: the first in a thread takes that thread's workspace.
+# Ops that run through cuBLAS on CUDA: each takes a workspace (per call, or its thread's).
 _aten = torch.ops.aten
 CUBLAS_OPS = frozenset(
     {
@@ -198,7 +199,6 @@ class TensorMemoryTracker(TorchDispatchMode):
         self.limit_bytes = limit_bytes
         self.round_to_blocks = round_to_blocks
         self.allocations: AllocationLog | None = AllocationLog() if record_allocations else None
-        self._cublas_threads: set[int] = set()
         self.timeline: list[TimelineEvent] = []
         self.category_timeline: list[dict[str, int]] = []
         self.phase_peak_bytes: dict[str, int] = {}
@@ -328,12 +328,11 @@ class TensorMemoryTracker(TorchDispatchMode):
             self._live_at_peak = {entry.serial: entry.nbytes for entry in self._live.values()}
 
     def _note_cublas(self, phase: Phase) -> None:
-        """The first cuBLAS op of a thread takes its workspace (after the op's output)."""
+        """A cuBLAS op takes a workspace (after the op's output): its own for the call, or its
+        thread's, taken by the thread's first and kept, as the replay's rule says."""
         thread = 1 if phase in ("backward", "recompute") else 0
-        if thread not in self._cublas_threads:
-            self._cublas_threads.add(thread)
-            assert self.allocations is not None
-            self.allocations.events.append(AllocationEvent("workspace", thread))
+        assert self.allocations is not None
+        self.allocations.events.append(AllocationEvent("workspace", thread))
 
     def _check_limit(self) -> None:
         if self.limit_bytes is not None and self.current_bytes > self.limit_bytes:
