@@ -76,6 +76,8 @@ class Generation:
     context_source: str = ""
 
 
+# Turing, Ampere data centre, Hopper and Blackwell: no bare-context measurement with torch 2.x
+# found (searched 2026-12-04, docs/ESTIMATE.md's "Not yet done"); the any-GPU quote stands.
 GENERATIONS: dict[Sm, Generation] = {
     (7, 5): Generation("Turing"),
     (8, 0): Generation("Ampere data centre"),
@@ -171,7 +173,7 @@ CUBLAS_RULES = (
         "CublasHandlePool.cpp with TORCH_CUBLAS_WORKSPACE_CACHE (isCUDABlasWorkspaceCachingEnabled:"
         ' "default false" on CUDA): ATen\'s cuBLAS calls take getCurrentCUDABlasHandleWithWorkspace,'
         ' which "owns an eager workspace" of getChosenWorkspaceSize() from the caching allocator '
-        "for the call and frees it after; parseChosenWorkspaceSize: \":4096:2:16:8 default, 32MiB "
+        'for the call and frees it after; parseChosenWorkspaceSize: ":4096:2:16:8 default, 32MiB '
         'for Hopper and Blackwell" (compute capability majors 9 to 12). Read in a copy of '
         "pytorch/pytorch's source (commit not identified) and checked 2026-12-04 in torch "
         "2.15.0's libtorch_cuda.so (disassembly: 0x820000 bytes, 0x2000000 where major - 9 < 4; "
