@@ -42,6 +42,7 @@ __all__ = [
     "cublas_rule",
     "cublas_workspace_bytes",
     "cublas_workspace_per_call",
+    "cublaslt_workspace_bytes",
     "generation",
     "gpu_choices",
     "gpu_help",
@@ -139,8 +140,10 @@ class CublasRule:
     ``CUBLASLT_WORKSPACE_SIZE`` or ``TORCH_CUBLAS_WORKSPACE_CACHE`` set): ``large_bytes`` on the
     compute capabilities listed (``large_sms``, or every minor of ``large_majors``),
     ``default_bytes`` elsewhere. ``per_call``: each cuBLAS call takes the workspace for itself and
-    gives it back when it returns; else the first call of a thread takes it and keeps it.
-    ``torch_versions``: the first and last minor versions of torch it was read for."""
+    gives it back when it returns, and a call cuBLASLt runs (``tracker.runs_on_cublaslt``) takes
+    ``lt_bytes`` once per thread and keeps it; else the first call of a thread, either library's,
+    takes the workspace and keeps it. ``torch_versions``: the first and last minor versions of
+    torch it was read for."""
 
     torch_versions: tuple[str, str]
     source: str
@@ -149,6 +152,7 @@ class CublasRule:
     large_sms: tuple[Sm, ...] = ()
     large_majors: tuple[int, ...] = ()
     per_call: bool = False
+    lt_bytes: int = 0
 
     def workspace_bytes(self, sm: Sm | None) -> int:
         large = sm is not None and (sm in self.large_sms or sm[0] in self.large_majors)
@@ -178,12 +182,14 @@ CUBLAS_RULES = (
         "pytorch/pytorch's source (commit not identified) and checked 2026-12-04 in torch "
         "2.15.0's libtorch_cuda.so (disassembly: 0x820000 bytes, 0x2000000 where major - 9 < 4; "
         "every gemm_internal_cublas* and bgemm_internal_cublas* calls "
-        "getCurrentCUDABlasHandleWithWorkspace). Not modelled: an addmm that cuBLASLt runs (a "
-        "1-D bias) keeps CUBLASLT_WORKSPACE_SIZE's 1 MiB per thread instead",
+        "getCurrentCUDABlasHandleWithWorkspace). An addmm that cuBLASLt runs (a 1-D bias: "
+        "Blas.cpp's isInputCompliesAddmmCudaLt) takes getCUDABlasLtWorkspace's instead: "
+        "CUBLASLT_WORKSPACE_SIZE's default 1024 KiB, kept per (handle, stream)",
         default_bytes=_CHOSEN_DEFAULT_BYTES,
         large_bytes=_CHOSEN_LARGE_BYTES,
         large_majors=(9, 10, 11, 12),
         per_call=True,
+        lt_bytes=1024 * 1024,
     ),
 )
 
@@ -256,6 +262,12 @@ def cublas_workspace_bytes(sm: Sm | None, version: str | None = None) -> int:
     default size) under torch ``version`` (None: the installed one): per call or per thread,
     as ``cublas_workspace_per_call`` says."""
     return cublas_rule(version)[0].workspace_bytes(sm)
+
+
+def cublaslt_workspace_bytes(version: str | None = None) -> int:
+    """The workspace a thread's cuBLASLt calls keep under torch ``version`` (None: the installed
+    one) where cuBLAS calls take theirs per call; 0 where both share the thread's."""
+    return cublas_rule(version)[0].lt_bytes
 
 
 def cublas_workspace_per_call(version: str | None = None) -> bool:
