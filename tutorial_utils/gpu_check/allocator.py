@@ -153,8 +153,8 @@ def allocator_section(budget: Budget) -> Outcome:
     rows = allocator_rows(torch.device("cuda"))
     notes = [
         "Predicted: the step's dry run, its allocations and frees replayed through "
-        "tutorial_utils.measurement.allocator (baseline, then two steps; cuBLAS workspaces per "
-        "thread). Measured: the second of two real steps after the allocator was emptied. "
+        "tutorial_utils.measurement.allocator (baseline, then two steps; cuBLAS workspaces as "
+        "the installed torch takes them: tutorial_utils/gpus.py's CUBLAS_RULES). Measured: the second of two real steps after the allocator was emptied. "
         "Outside the allocator: total - free - reserved at its end, i.e. the CUDA context and "
         "anything else on the device (compare with the quoted context in estimate/card.py)."
     ]
