@@ -5,7 +5,9 @@ Measured in the dry run itself: while the forward and the loss run, ``RegionReco
 dispatch mode entered inside the step's tracker) notes every new storage and the region whose op
 made it; when the loss is computed (after the Trainer's loop has dropped the outputs), the bytes
 still alive are summed by region. That is what the step keeps for backward: once the blocks are
-checkpointed, often mostly the logits and the loss.
+checkpointed, often mostly the logits and the loss. On N GPUs (``estimate.sharded``) the same
+recorder runs in rank 0's step on fake tensors, its sizes read when the loss is computed (FSDP2
+resizes some storages).
 """
 
 from __future__ import annotations
