@@ -3,8 +3,9 @@
 Each case works out the segments and blocks by hand in its comment (MiB = 2**20 bytes)."""
 
 import pytest
+import torch
 
-from tutorial_utils.gpus import cublas_workspace_bytes
+from tutorial_utils.gpus import cublas_workspace_bytes, cublaslt_workspace_bytes
 from tutorial_utils.measurement.allocator import (
     AllocationEvent,
     AllocationLog,
@@ -14,6 +15,7 @@ from tutorial_utils.measurement.allocator import (
     rounded_bytes,
     segment_bytes,
 )
+from tutorial_utils.measurement.tracker import TensorMemoryTracker, runs_on_cublaslt
 from tutorial_utils.units import MiB
 
 
@@ -147,11 +149,71 @@ def test_replay_runs_the_step_twice_on_the_cache_and_keeps_workspaces():
         baseline_events=1,
     )
     workspace = cublas_workspace_bytes(None, "2.14")  # 8 MiB + 128 KiB: a new 20 MiB segment
-    once = replay(log, steps=1, workspace_bytes=workspace)
-    twice = replay(log, workspace_bytes=workspace)
+    kept = {"workspace_bytes": workspace, "workspace_per_call": False}  # torch 2.14's rule
+    once = replay(log, steps=1, **kept)
+    twice = replay(log, **kept)
     allocated = 12 * MiB + rounded_bytes(workspace) + 16 * MiB
     assert once.max_allocated_bytes == twice.max_allocated_bytes == allocated
     assert once.max_reserved_bytes == twice.max_reserved_bytes == (12 + 20 + 16) * MiB
     assert twice.fits and twice.margin_bytes is None
-    tight = replay(log, capacity_bytes=40 * MiB, workspace_bytes=workspace)
+    tight = replay(log, capacity_bytes=40 * MiB, **kept)
     assert tight.out_of_memory and not tight.fits
+
+
+def test_a_workspace_per_call_is_given_back_when_the_call_returns():
+    # torch 2.15: each cuBLAS call takes 8 MiB + 128 KiB for itself (a new 20 MiB segment) and
+    # frees it as it returns; the 16 MiB activation then takes the freed segment (best fit),
+    # its rest (4 MiB) split off. Peaks: allocated 12 + 16 MiB, reserved 12 + 20 MiB, both
+    # steps alike; the call's workspace is in the allocated peak while the call runs.
+    log = AllocationLog(
+        [
+            AllocationEvent("malloc", 0, 12 * MiB),
+            AllocationEvent("workspace", 0),
+            AllocationEvent("malloc", 1, 16 * MiB),
+            AllocationEvent("free", 1),
+        ],
+        baseline_events=1,
+    )
+    workspace = cublas_workspace_bytes(None, "2.15")
+    assert workspace == 8 * MiB + 128 * 1024
+    per_call = replay(log, workspace_bytes=workspace, workspace_per_call=True)
+    assert per_call.max_allocated_bytes == 28 * MiB
+    assert per_call.max_reserved_bytes == 32 * MiB
+    wide = replay(log, workspace_bytes=24 * MiB, workspace_per_call=True)
+    assert wide.max_allocated_bytes == 36 * MiB  # the call's 24 MiB above the 12 MiB parameter
+
+
+def test_a_cublaslt_call_keeps_its_threads_workspace_where_cublas_calls_take_theirs():
+    # Keys: 0 a cuBLAS call of the calling thread, 2 a cuBLASLt call of it. torch 2.15: the
+    # cuBLASLt calls keep one 1 MiB workspace (a 2 MiB small-pool segment), taken once; the cuBLAS
+    # call takes 8 MiB + 128 KiB for itself (a 20 MiB segment). torch 2.14: one workspace for the
+    # thread, either library's, kept.
+    log = AllocationLog([AllocationEvent("workspace", key) for key in (2, 2, 0)])
+    workspace = 8 * MiB + 128 * 1024
+    lt_bytes = cublaslt_workspace_bytes("2.15")
+    assert lt_bytes == MiB
+    per_call = replay(log, workspace_bytes=workspace, workspace_per_call=True)
+    assert per_call.max_allocated_bytes == lt_bytes + rounded_bytes(workspace)
+    assert per_call.max_reserved_bytes == 2 * MiB + 20 * MiB
+    shared = replay(log, workspace_bytes=workspace, workspace_per_call=False)
+    assert shared.max_allocated_bytes == rounded_bytes(workspace)
+    assert shared.max_reserved_bytes == 20 * MiB
+
+
+def test_addmm_with_a_bias_of_one_dimension_runs_on_cublaslt():
+    """Blas.cpp's isInputCompliesAddmmCudaLt, as the tracker reads it: a Linear's bias
+    qualifies; beta other than 1, a 2-D bias without a fused activation, or a plain mm do not."""
+    aten = torch.ops.aten
+    x, w = torch.empty(4, 8, device="meta"), torch.empty(8, 16, device="meta")
+    bias = torch.empty(16, device="meta")
+    assert runs_on_cublaslt(aten.addmm.default, (bias, x, w), {})
+    assert not runs_on_cublaslt(aten.addmm.default, (bias, x, w), {"beta": 0.5})
+    assert not runs_on_cublaslt(aten.addmm.default, (torch.empty(4, 16, device="meta"), x, w), {})
+    assert not runs_on_cublaslt(aten.mm.default, (x, w), {})
+    tracker = TensorMemoryTracker(record_allocations=True)
+    with tracker:
+        torch.nn.functional.linear(torch.empty(3, 4, 8, device="meta"), w.T, bias)
+        torch.nn.functional.linear(torch.empty(3, 4, 8, device="meta"), w.T)
+    assert tracker.allocations is not None
+    keys = [key for kind, key, _ in tracker.allocations.events if kind == "workspace"]
+    assert keys == [2, 0]  # the biased Linear on cuBLASLt, the other on cuBLAS

@@ -38,7 +38,7 @@ from tutorial_utils.measurement.meta_attention import (
     FLASH,
     cpu_attention_backend,
     dry_run_context,
-    unpacked_batches_on_meta,
+    unpacked_dry_run_batches,
 )
 from tutorial_utils.measurement.saved_tensors import OUTSIDE, saved_bytes_per_module
 from tutorial_utils.measurement.step import Recording, measure_step, next_token_loss
@@ -119,7 +119,7 @@ def test_meta_attention_takes_the_kernel_a_cpu_step_takes():
     for name, model, context in (
         ("cpu", cpu, torch.enable_grad()),
         ("meta, kernel as on a CPU", meta, dry_run_context()),
-        ("meta, default", meta, unpacked_batches_on_meta()),
+        ("meta, default", meta, unpacked_dry_run_batches()),
     ):
         device = next(model.parameters()).device.type
         ids = token_batch(BATCH, 256, device, 1000)

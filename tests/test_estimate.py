@@ -34,7 +34,7 @@ from tutorial_utils.estimate.gpu_step import as_gpu_runs
 from tutorial_utils.estimate.models import PRESETS, preset_config, repeated_blocks
 from tutorial_utils.estimate.report import estimate_table
 from tutorial_utils.estimate.strategies import parse_strategy
-from tutorial_utils.gpus import cublas_workspace_bytes
+from tutorial_utils.gpus import cublas_workspace_bytes, cublas_workspace_per_call
 from tutorial_utils.units import GiB, MiB
 
 ADAM_STEP_BYTES = 4
@@ -325,7 +325,8 @@ def test_command_replays_the_allocator_of_the_gpu_asked_for(tiny_config, capsys)
     arguments += ["--strategies", "none", "--card", "1GB", "--no-search"]
     assert main([*arguments, "--gpu", "h100", "--expandable-segments"]) == 0
     out = " ".join(capsys.readouterr().out.split())  # the caveats are wrapped at 120 columns
-    workspace = f"cuBLAS workspaces {cublas_workspace_bytes((9, 0)) / MiB:,.3g} MiB"
+    each = "call" if cublas_workspace_per_call() else "thread"
+    workspace = f"cuBLAS workspaces {cublas_workspace_bytes((9, 0)) / MiB:,.3g} MiB a {each}"
     assert "(H100)" in out and f"expandable segments; {workspace}" in out
     assert "quoted, not measured" in out and "alloc reserved smi" in out
 
@@ -408,6 +409,7 @@ def test_json_has_every_figure_with_its_unit(tiny_config, capsys):
     )
     assert record["workload"]["loop"] == "trainer"
     assert measured["kept_at_loss_logits_and_loss_bytes"] > 0
+    assert record["card"]["cublas_workspace_per_call"] is cublas_workspace_per_call()
 
 
 @pytest.mark.parametrize("gpu", ["5090", "l40s", "a6000", "b200"])
@@ -455,7 +457,8 @@ def test_a_search_from_the_table_dry_run_finds_the_same_edge(tiny_config):
     model = build_model(workload)
     probe = parse_card("1GB", "0", "any", False)
     every = parse_strategy("every-block")
-    needed = train_step(model, workload.with_size(size=1536), every).peak_bytes
+    at_1536 = estimate(workload.with_size(size=1536), [every], probe, model=model, search=False)
+    needed = at_1536.rows[0].allocator.max_reserved_bytes  # the replay's, workspaces included
     card = parse_card(f"{(needed + probe.context_bytes) / 2**20:.0f}MB", "0", "any", False)
     result = estimate(workload, [every], card, search=False)
     for row in result.rows:

@@ -22,6 +22,7 @@ from tutorial_utils.gpus import (
     cards_markdown,
     cublas_rule,
     cublas_workspace_bytes,
+    cublas_workspace_per_call,
     gpu_choices,
     gpu_help,
     sdpa_rule_set,
@@ -95,13 +96,16 @@ def test_the_sdpa_rules_are_chosen_by_torch_version(version, first, read_for_it)
     ("version", "hopper_bytes", "ampere_bytes"),
     [
         ("2.14.1", 32 * MiB, 8 * MiB + 128 * 1024),  # CUBLAS_WORKSPACE_CONFIG's default, sm90 32
-        ("2.15.0", MiB, MiB),  # cuBLASLt's 1 MiB; cuBLAS keeps its own outside the allocator
+        ("2.15.0", 32 * MiB, 8 * MiB + 128 * 1024),  # per call; 32 MiB on majors 9 to 12
     ],
 )
 def test_the_cublas_workspace_follows_the_torch_version(version, hopper_bytes, ampere_bytes):
     assert cublas_workspace_bytes((9, 0), version) == hopper_bytes
     assert cublas_workspace_bytes((8, 0), version) == ampere_bytes
     assert cublas_rule(version)[1]
+    blackwell = cublas_workspace_bytes((12, 0), version)  # an RTX 5090
+    assert blackwell == (32 * MiB if version.startswith("2.15") else ampere_bytes)
+    assert cublas_workspace_per_call(version) == version.startswith("2.15")
 
 
 def test_the_installed_torch_has_a_rule_set_read_for_it():

@@ -5,6 +5,7 @@ to notebook 05's steps on 2 real gloo ranks."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -259,8 +260,10 @@ def fsdp_mem_tracker_peak(model, blocks, batch, loss_fn, optimizer_factory, chec
     from torch.distributed.fsdp import fully_shard
 
     from tutorial_utils.estimate.sharded import _to_fake_cpu
+    from tutorial_utils.measurement.meta_attention import unpacked_dry_run_batches
 
-    with fake_ranks(2):
+    # an unpacked batch, as on a GPU (transformers takes fake position ids for tracing)
+    with fake_ranks(2), unpacked_dry_run_batches():
         mesh = init_device_mesh("cpu", (2,))
         with FakeTensorMode(allow_non_fake_inputs=True):
             _to_fake_cpu(model)
@@ -390,7 +393,6 @@ def test_the_pipeline_equals_the_rank_step_it_runs(tmp_path):
         (["--shard", "ddp"], "--gpus and --shard go together"),
         (["--gpus", "2", "--shard", "ddp", "--reduce-dtype", "bf16"], "--reduce-dtype is for"),
         (["--reduce-dtype", "bf16"], "--reduce-dtype is for"),
-        (["--gpus", "2", "--shard", "ddp", "--snapshot", "x.pickle"], "for one GPU so far"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(arguments, message, capsys):
@@ -404,3 +406,33 @@ def test_a_torch_without_distributed_is_told_in_one_line(monkeypatch):
     with pytest.raises(RuntimeError, match="^this torch was built without torch.distributed"):
         with fake_ranks(2):
             pass
+
+
+@pytest.mark.parametrize(
+    ("shard", "precision", "one_gpu_precision"),
+    [("ddp", "amp-bf16", "amp-bf16"), ("fsdp2", "amp-bf16", "bf16")],
+)
+def test_rank_0s_kept_activations_split_as_one_gpus(tmp_path, shard, precision, one_gpu_precision):
+    """The table's and --json's blocks / logits and loss / the rest, for rank 0: to the byte one
+    GPU's at the same batch per GPU (DDP's forward is one GPU's under autocast; FSDP2's
+    MixedPrecisionPolicy computes in the all-gathered bf16 weights, as a bf16 model does)."""
+    from tutorial_utils.estimate.breakdown import REGIONS, KeptForBackward
+    from tutorial_utils.estimate.card import parse_card
+    from tutorial_utils.estimate.estimator import estimate, train_step
+    from tutorial_utils.estimate.record import estimate_record
+    from tutorial_utils.estimate.report import estimate_table
+
+    workload = Workload(f"hf:{tiny_llama(tmp_path)}", batch=2, size=64, precision=precision,
+                        loop="plain")  # fmt: skip
+    strategy = parse_strategy("every-block")
+    result = estimate(
+        workload, [strategy], parse_card("8GB"), search=False, sharding=Sharding(2, shard)
+    )
+    one_gpu = dataclasses.replace(workload, precision=one_gpu_precision)
+    expected = KeptForBackward()
+    train_step(build_model(one_gpu), one_gpu, strategy, kept=expected)
+    assert all(expected.bytes_by_region.values())
+    assert result.rows[0].kept == expected
+    (row,) = estimate_record(result)["strategies"]
+    assert {r: row[f"kept_at_loss_{r}_bytes"] for r in REGIONS} == expected.bytes_by_region
+    assert "rank 0's activations kept at the loss" in estimate_table(result)

@@ -4,6 +4,7 @@ renderers are given a formatter that does not download flamegraph.pl)."""
 
 from __future__ import annotations
 
+import json
 import pickle
 
 import pytest
@@ -45,21 +46,11 @@ def test_memory_viz_renders_the_snapshot_and_it_matches_the_replay(
         report = train_step(model, workload, strategy, record_allocations=True)
     assert report.allocations is not None
     predicted = predict_allocator(report.allocations, card)
-    allocated = reserved = peak_allocated = peak_reserved = 0
-    for entry in data["device_traces"][0]:
-        sign = {"alloc": 1, "free_completed": -1, "segment_alloc": 1, "segment_map": 1}
-        sign |= {"segment_free": -1, "segment_unmap": -1}
-        step = sign.get(entry["action"], 0) * entry["size"]
-        if entry["action"] in ("alloc", "free_completed"):
-            allocated += step
-        else:
-            reserved += step
-        peak_allocated, peak_reserved = max(peak_allocated, allocated), max(peak_reserved, reserved)
-    assert peak_allocated == predicted.max_allocated_bytes
-    assert peak_reserved == predicted.max_reserved_bytes
+    assert _high_water_marks(data) == (predicted.max_allocated_bytes, predicted.max_reserved_bytes)
+    # the segments at the end are what the trace leaves allocated and reserved
+    allocated, reserved = _held_at_end(data)
     assert reserved == sum(segment["total_size"] for segment in data["segments"])
-    held = sum(segment["allocated_size"] for segment in data["segments"])
-    assert held == allocated
+    assert allocated == sum(segment["allocated_size"] for segment in data["segments"])
 
 
 def test_an_out_of_memory_replay_ends_with_an_oom_entry():
@@ -83,3 +74,50 @@ def test_command_writes_one_snapshot_per_strategy(tiny_config, tmp_path):
     assert written == ["step-every-block.pickle", "step-none.pickle"]  # offload: not measured
     for name in written:
         memory_viz.segsum(pickle.loads((tmp_path / name).read_bytes()))
+
+
+def test_a_sharded_snapshot_is_rank_0s_replayed_step(tiny_config, tmp_path, capsys):
+    """``--gpus 2 --shard ...  --snapshot``: rank 0's step, which torch's renderers read, its
+    high-water marks the row's predicted max_memory_allocated and _reserved."""
+    from tutorial_utils.__main__ import main
+
+    target = tmp_path / "rank0.pickle"
+    argv = ["estimate", "--hf-config", tiny_config("llama"), "--seq", "64", "--no-search"]
+    argv += ["--strategies", "every-block", "--gpus", "2", "--shard", "fsdp2", "--jobs", "1"]
+    assert main([*argv, "--json", "--snapshot", str(target)]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["strategies"]
+    data = pickle.loads(target.read_bytes())
+    memory_viz.segsum(data)
+    assert f"{len(data['device_traces'][0])} entries" in memory_viz.trace(data)
+    assert _high_water_marks(data) == (
+        row["predicted_max_allocated_bytes"],
+        row["predicted_max_reserved_bytes"],
+    )
+
+
+_SIGNS = {"alloc": 1, "free_completed": -1, "segment_alloc": 1, "segment_map": 1}
+_SIGNS |= {"segment_free": -1, "segment_unmap": -1}
+
+
+def _walk(data: dict) -> list[tuple[int, int]]:
+    """(allocated, reserved) after each entry of a snapshot's trace."""
+    allocated = reserved = 0
+    held = []
+    for entry in data["device_traces"][0]:
+        step = _SIGNS.get(entry["action"], 0) * entry["size"]
+        if entry["action"] in ("alloc", "free_completed"):
+            allocated += step
+        else:
+            reserved += step
+        held.append((allocated, reserved))
+    return held
+
+
+def _high_water_marks(data: dict) -> tuple[int, int]:
+    """(most allocated, most reserved) along a snapshot's trace."""
+    held = _walk(data)
+    return max(a for a, _ in held), max(r for _, r in held)
+
+
+def _held_at_end(data: dict) -> tuple[int, int]:
+    return _walk(data)[-1]

@@ -249,7 +249,7 @@ def _add_run_arguments(estimate: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="write each strategy's replayed step as a CUDA memory snapshot (the format of "
         "torch.cuda.memory._dump_snapshot) to open at pytorch.org/memory_viz: FILE itself for "
-        "one strategy, FILE's name plus -STRATEGY for several",
+        "one strategy, FILE's name plus -STRATEGY for several; with --gpus, rank 0's step",
     )
     estimate.add_argument(
         "--jobs",
@@ -376,8 +376,6 @@ def estimate_sharding(args: argparse.Namespace, workload):
         return None
     if args.gpus is None or args.shard is None:
         raise ValueError("--gpus and --shard go together: e.g. --gpus 8 --shard fsdp2")
-    if args.snapshot:
-        raise ValueError("--snapshot is for one GPU so far: drop --gpus/--shard")
     if args.reduce_dtype != "fp32" and not (
         args.shard == "fsdp2" and workload.precision.startswith("amp-")
     ):
@@ -402,7 +400,12 @@ def write_snapshots(result, path: str) -> None:
         name = row.strategy.name.replace(" ", "-").replace("/", "-")
         file = target if len(rows) == 1 else target.with_stem(f"{target.stem}-{name}")
         written = write_step_snapshot(
-            result.workload, row.strategy, result.card, file, model=result.model
+            result.workload,
+            row.strategy,
+            result.card,
+            file,
+            model=result.model,
+            sharding=result.sharding,
         )
         print(f"wrote {written} (open it at pytorch.org/memory_viz)", file=sys.stderr)
 

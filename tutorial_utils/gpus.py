@@ -41,6 +41,8 @@ __all__ = [
     "cards_markdown",
     "cublas_rule",
     "cublas_workspace_bytes",
+    "cublas_workspace_per_call",
+    "cublaslt_workspace_bytes",
     "generation",
     "gpu_choices",
     "gpu_help",
@@ -75,6 +77,8 @@ class Generation:
     context_source: str = ""
 
 
+# Turing, Ampere data centre, Hopper and Blackwell: no bare-context measurement with torch 2.x
+# found (searched 2026-12-04, docs/ESTIMATE.md's "Not yet done"); the any-GPU quote stands.
 GENERATIONS: dict[Sm, Generation] = {
     (7, 5): Generation("Turing"),
     (8, 0): Generation("Ampere data centre"),
@@ -131,41 +135,61 @@ def _minor(version: str) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class CublasRule:
-    """What the caching allocator serves cuBLAS per thread, the first time a thread multiplies
-    matrices (``aten/src/ATen/cuda/CublasHandlePool.cpp``, no ``CUBLAS_WORKSPACE_CONFIG`` or
-    ``CUBLASLT_WORKSPACE_SIZE`` set): ``large_bytes`` on the compute capabilities listed,
-    ``default_bytes`` elsewhere. ``torch_versions``: the first and last minor versions of torch
-    it was read for."""
+    """What the caching allocator serves cuBLAS for ATen's matrix products
+    (``aten/src/ATen/cuda/CublasHandlePool.cpp``, no ``CUBLAS_WORKSPACE_CONFIG``,
+    ``CUBLASLT_WORKSPACE_SIZE`` or ``TORCH_CUBLAS_WORKSPACE_CACHE`` set): ``large_bytes`` on the
+    compute capabilities listed (``large_sms``, or every minor of ``large_majors``),
+    ``default_bytes`` elsewhere. ``per_call``: each cuBLAS call takes the workspace for itself and
+    gives it back when it returns, and a call cuBLASLt runs (``tracker.runs_on_cublaslt``) takes
+    ``lt_bytes`` once per thread and keeps it; else the first call of a thread, either library's,
+    takes the workspace and keeps it. ``torch_versions``: the first and last minor versions of
+    torch it was read for."""
 
     torch_versions: tuple[str, str]
     source: str
     default_bytes: int
     large_bytes: int = 0
     large_sms: tuple[Sm, ...] = ()
+    large_majors: tuple[int, ...] = ()
+    per_call: bool = False
+    lt_bytes: int = 0
 
     def workspace_bytes(self, sm: Sm | None) -> int:
-        return self.large_bytes if sm in self.large_sms else self.default_bytes
+        large = sm is not None and (sm in self.large_sms or sm[0] in self.large_majors)
+        return self.large_bytes if large else self.default_bytes
 
+
+_CHOSEN_DEFAULT_BYTES = 4096 * 1024 * 2 + 16 * 1024 * 8  # ":4096:2:16:8", 8 MiB + 128 KiB
+_CHOSEN_LARGE_BYTES = 4096 * 8 * 1024  # 32 MiB
 
 CUBLAS_RULES = (
     CublasRule(
         ("2.0", "2.14"),
         'parseChosenWorkspaceSize: ":4096:2:16:8 default, 32MiB for Hopper" (sm90 only), '
-        "every cuBLAS handle's workspace from the caching allocator (pytorch/pytorch at "
-        "26a39059), as the project read it for torch 2.14.1; a later copy gives 32 MiB to "
-        "majors 9, 10 and 12, in a release not identified here",
-        default_bytes=4096 * 1024 * 2 + 16 * 1024 * 8,
-        large_bytes=4096 * 8 * 1024,
+        "every cuBLAS handle's workspace from the caching allocator, kept per (handle, stream) "
+        "(pytorch/pytorch at 26a39059), as the project read it for torch 2.14.1",
+        default_bytes=_CHOSEN_DEFAULT_BYTES,
+        large_bytes=_CHOSEN_LARGE_BYTES,
         large_sms=((9, 0),),
     ),
     CublasRule(
         ("2.15", "2.15"),
-        "TORCH_CUBLAS_WORKSPACE_CACHE off by default on CUDA: cuBLAS keeps its own default "
-        "workspace, outside the caching allocator, and each thread's cuBLASLt handle takes "
-        "CUBLASLT_WORKSPACE_SIZE's default 1024 KiB from it (CublasHandlePool.cpp with "
-        "CUDABlasHandleWithWorkspace, whose symbols torch 2.15.0's libtorch_cuda.so holds; "
-        "at most: a thread whose matrix products all go through plain cuBLAS takes none)",
-        default_bytes=1024 * 1024,
+        "CublasHandlePool.cpp with TORCH_CUBLAS_WORKSPACE_CACHE (isCUDABlasWorkspaceCachingEnabled:"
+        ' "default false" on CUDA): ATen\'s cuBLAS calls take getCurrentCUDABlasHandleWithWorkspace,'
+        ' which "owns an eager workspace" of getChosenWorkspaceSize() from the caching allocator '
+        'for the call and frees it after; parseChosenWorkspaceSize: ":4096:2:16:8 default, 32MiB '
+        'for Hopper and Blackwell" (compute capability majors 9 to 12). Read in a copy of '
+        "pytorch/pytorch's source (commit not identified) and checked 2026-12-04 in torch "
+        "2.15.0's libtorch_cuda.so (disassembly: 0x820000 bytes, 0x2000000 where major - 9 < 4; "
+        "every gemm_internal_cublas* and bgemm_internal_cublas* calls "
+        "getCurrentCUDABlasHandleWithWorkspace). An addmm that cuBLASLt runs (a 1-D bias: "
+        "Blas.cpp's isInputCompliesAddmmCudaLt) takes getCUDABlasLtWorkspace's instead: "
+        "CUBLASLT_WORKSPACE_SIZE's default 1024 KiB, kept per (handle, stream)",
+        default_bytes=_CHOSEN_DEFAULT_BYTES,
+        large_bytes=_CHOSEN_LARGE_BYTES,
+        large_majors=(9, 10, 11, 12),
+        per_call=True,
+        lt_bytes=1024 * 1024,
     ),
 )
 
@@ -234,9 +258,22 @@ def cublas_rule(version: str | None = None) -> tuple[CublasRule, bool]:
 
 
 def cublas_workspace_bytes(sm: Sm | None, version: str | None = None) -> int:
-    """cuBLAS's workspace per thread on a card of compute capability ``sm`` (None: no GPU
-    named, the default size) under torch ``version`` (None: the installed one)."""
+    """cuBLAS's workspace on a card of compute capability ``sm`` (None: no GPU named, the
+    default size) under torch ``version`` (None: the installed one): per call or per thread,
+    as ``cublas_workspace_per_call`` says."""
     return cublas_rule(version)[0].workspace_bytes(sm)
+
+
+def cublaslt_workspace_bytes(version: str | None = None) -> int:
+    """The workspace a thread's cuBLASLt calls keep under torch ``version`` (None: the installed
+    one) where cuBLAS calls take theirs per call; 0 where both share the thread's."""
+    return cublas_rule(version)[0].lt_bytes
+
+
+def cublas_workspace_per_call(version: str | None = None) -> bool:
+    """Whether torch ``version``'s (None: the installed one) cuBLAS calls each take the workspace
+    for the call (True) or a thread's first call takes it and keeps it (False)."""
+    return cublas_rule(version)[0].per_call
 
 
 # -- the cards -----------------------------------------------------------------------------------
@@ -279,7 +316,7 @@ class GpuModel:
 
     @property
     def workspace_bytes(self) -> int:
-        """cuBLAS's workspace per thread under the installed torch."""
+        """cuBLAS's workspace under the installed torch (per call or per thread: its rule's)."""
         return cublas_workspace_bytes(self.sm)
 
 

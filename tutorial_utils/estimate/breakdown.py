@@ -5,22 +5,25 @@ Measured in the dry run itself: while the forward and the loss run, ``RegionReco
 dispatch mode entered inside the step's tracker) notes every new storage and the region whose op
 made it; when the loss is computed (after the Trainer's loop has dropped the outputs), the bytes
 still alive are summed by region. That is what the step keeps for backward: once the blocks are
-checkpointed, often mostly the logits and the loss.
+checkpointed, often mostly the logits and the loss. On N GPUs (``estimate.sharded``) the same
+recorder runs in rank 0's step on fake tensors, its sizes read when the loss is computed (FSDP2
+resizes some storages).
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 import torch.nn as nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tutorial_utils.measurement.op_tensors import op_tensors
 
-__all__ = ["REGIONS", "KeptForBackward", "RegionRecorder"]
+__all__ = ["REGIONS", "KeptForBackward", "RegionRecorder", "recording_regions"]
 
 REGIONS = ("blocks", "logits_and_loss", "rest")
 
@@ -45,7 +48,7 @@ class RegionRecorder(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.region = "rest"
-        self._storages: dict[int, tuple[str, int, weakref.ref]] = {}
+        self._storages: dict[int, tuple[str, weakref.ref]] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -53,16 +56,18 @@ class RegionRecorder(TorchDispatchMode):
         for value in op_tensors(out):
             storage = value.untyped_storage()
             known = self._storages.get(storage._cdata)
-            if storage._cdata in inputs or (known is not None and known[2]() is not None):
+            if storage._cdata in inputs or (known is not None and known[1]() is not None):
                 continue  # a view, an in-place result, or a storage already noted
-            self._storages[storage._cdata] = (self.region, storage.nbytes(), weakref.ref(storage))
+            self._storages[storage._cdata] = (self.region, weakref.ref(storage))
         return out
 
     def kept(self) -> KeptForBackward:
+        """Bytes alive now by region, each storage at its size now (FSDP2 resizes some)."""
         result = KeptForBackward()
-        for region, nbytes, ref in self._storages.values():
-            if ref() is not None:
-                result.bytes_by_region[region] += nbytes
+        for region, ref in self._storages.values():
+            storage = ref()
+            if storage is not None:
+                result.bytes_by_region[region] += storage.nbytes()
         return result
 
     def watch(self, model: nn.Module, blocks: list[nn.Module]) -> Callable[[], None]:
@@ -83,6 +88,8 @@ class RegionRecorder(TorchDispatchMode):
         return remove
 
     def _enter(self, *_: Any) -> None:  # a pre-hook that returned the mode would replace inputs
+        self._storages.clear()  # each forward's own: an earlier step's storages are not its
+        self.region = "rest"
         self.__enter__()
 
     def finish(self, into: KeptForBackward) -> None:
@@ -97,3 +104,23 @@ class RegionRecorder(TorchDispatchMode):
             self.region = region
 
         return hook
+
+
+def recording_regions(
+    model: nn.Module,
+    blocks: Sequence[nn.Module],
+    loss_fn: Callable[..., torch.Tensor],
+    kept: KeptForBackward,
+) -> tuple[Callable[..., torch.Tensor], Callable[[], None]]:
+    """``loss_fn`` that fills ``kept`` once the loss is computed (every step: the last step's
+    stays), and the hooks' remover. ``blocks``: the model's repeated blocks."""
+    recorder = RegionRecorder()
+    remove = recorder.watch(model, list(blocks))
+
+    def loss_and_breakdown(outputs: Any, targets: torch.Tensor) -> torch.Tensor:
+        recorder.region = "logits_and_loss"
+        loss = loss_fn(outputs, targets)
+        recorder.finish(kept)
+        return loss
+
+    return loss_and_breakdown, remove

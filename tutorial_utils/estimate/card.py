@@ -22,6 +22,7 @@ from tutorial_utils.gpus import (
     GPU_CHOICES,
     GPUS,
     GpuModel,
+    cublas_workspace_per_call,
     gpu_choices,
     gpu_help,
 )
@@ -78,8 +79,14 @@ class Card:
 
     @property
     def workspace_bytes(self) -> int:
-        """cuBLAS's workspace per thread that multiplies matrices (the allocator serves it)."""
+        """cuBLAS's workspace, which the allocator serves: per call, or per thread that
+        multiplies matrices (``workspace_per_call``)."""
         return self.model.workspace_bytes
+
+    @property
+    def workspace_per_call(self) -> bool:
+        """Whether the installed torch gives each cuBLAS call its own workspace."""
+        return cublas_workspace_per_call()
 
     @property
     def budget_bytes(self) -> int:
@@ -95,7 +102,8 @@ class Card:
             f"card {self.name} ({self.model.name}) = {self.total_bytes / GiB:,.1f} GiB, less the "
             f"CUDA context {self.context_bytes / GiB:,.2f} GiB{held} = "
             f"{self.budget_bytes / GiB:,.2f} GiB the caching allocator can reserve ({segments}; "
-            f"cuBLAS workspaces {self.workspace_bytes / MiB:,.3g} MiB a thread)\n"
+            f"cuBLAS workspaces {self.workspace_bytes / MiB:,.3g} MiB a "
+            f"{'call' if self.workspace_per_call else 'thread'})\n"
             f"CUDA context quoted, not measured: {self.context_source}"
             + ("; held back: --reserve, assumed" if self.reserve_bytes else "")
             + self._describe_gpu()

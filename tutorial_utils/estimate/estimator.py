@@ -113,7 +113,10 @@ def train_step(
         loss_fn = language_model_loss(workload)
     remove_hooks = None
     if kept is not None and workload.is_language_model:
-        loss_fn, remove_hooks = _recording_regions(model, loss_fn, kept)
+        from tutorial_utils.estimate.breakdown import recording_regions
+        from tutorial_utils.estimate.models import repeated_blocks
+
+        loss_fn, remove_hooks = recording_regions(model, repeated_blocks(model), loss_fn, kept)
     try:
         return measure_step(
             model,
@@ -135,25 +138,6 @@ def train_step(
     finally:
         if remove_hooks is not None:
             remove_hooks()
-
-
-def _recording_regions(
-    model: nn.Module, loss_fn: Callable[..., torch.Tensor], kept: KeptForBackward
-) -> tuple[Callable[..., torch.Tensor], Callable[[], None]]:
-    """``loss_fn`` that fills ``kept`` once the loss is computed, and the hooks' remover."""
-    from tutorial_utils.estimate.breakdown import RegionRecorder
-    from tutorial_utils.estimate.models import repeated_blocks
-
-    recorder = RegionRecorder()
-    remove = recorder.watch(model, list(repeated_blocks(model)))
-
-    def loss_and_breakdown(outputs: Any, targets: torch.Tensor) -> torch.Tensor:
-        recorder.region = "logits_and_loss"
-        loss = loss_fn(outputs, targets)
-        recorder.finish(kept)
-        return loss
-
-    return loss_and_breakdown, remove
 
 
 def predict_allocator(log: AllocationLog, card: Card) -> AllocatorPrediction:
@@ -293,7 +277,6 @@ def _dry_run(
     if sharding is not None:
         from tutorial_utils.estimate.sharded import rank_dry_run
 
-        options.pop("kept", None)  # not filled on N GPUs
         return rank_dry_run(workload, strategy, sharding, card, **options)
     with gpu_run(card, workload.precision) as gpu:
         report = train_step(model, workload, strategy, **options)
@@ -325,7 +308,7 @@ def _outcome(
         )
         if shortcut is not None:
             return shortcut
-    kept = KeptForBackward() if workload.is_language_model and sharding is None else None
+    kept = KeptForBackward() if workload.is_language_model else None
     try:
         report, gpu = _dry_run(
             model, workload, strategy, card, sharding, record_allocations=True, kept=kept

@@ -26,6 +26,7 @@ def _card(result: Estimate) -> dict[str, Any]:
         "reserve_bytes": card.reserve_bytes,
         "budget_bytes": card.budget_bytes,
         "cublas_workspace_bytes": card.workspace_bytes,
+        "cublas_workspace_per_call": card.workspace_per_call,
         "expandable_segments": card.expandable_segments,
     }
 

@@ -159,7 +159,8 @@ def _kept_lines(result: Estimate, unit: int, unit_name: str) -> list[str]:
     rows = [row for row in result.rows if row.kept is not None]
     if not rows:
         return []
-    lines = [f"activations kept at the loss ({unit_name}): blocks / logits and loss / the rest"]
+    whose = "rank 0's activations" if result.sharding is not None else "activations"
+    lines = [f"{whose} kept at the loss ({unit_name}): blocks / logits and loss / the rest"]
     for row in rows:
         assert row.kept is not None
         parts = " / ".join(_size(b, unit) for b in row.kept.bytes_by_region.values())

@@ -55,6 +55,7 @@ import torch.nn as nn
 
 from tutorial_utils.checkpointing.blocks import repeated_blocks
 from tutorial_utils.checkpointing.strategy import OFFLOAD_NOTE, Strategy
+from tutorial_utils.estimate.breakdown import KeptForBackward, recording_regions
 from tutorial_utils.estimate.building import (
     batch_for,
     build_model,
@@ -68,6 +69,7 @@ from tutorial_utils.measurement.allocator import AllocationLog
 from tutorial_utils.measurement.autocast import EmulatedAutocast
 from tutorial_utils.measurement.fake_ranks import BUFFER_CATEGORIES, ShardedStepTracker, fake_ranks
 from tutorial_utils.measurement.gpu_attention import recording_kernels
+from tutorial_utils.measurement.meta_attention import unpacked_dry_run_batches
 from tutorial_utils.measurement.phases import step_phase
 from tutorial_utils.measurement.step import StepReport
 from tutorial_utils.measurement.tracker import CATEGORIES
@@ -249,7 +251,12 @@ def rank_step(
         "record_allocations": record_allocations,
         "limit_bytes": limit_bytes,
     }
-    with fake_ranks(world_size), _casts(autocast), _attention_on_fake_cpu():
+    with (
+        fake_ranks(world_size),
+        _casts(autocast),
+        _attention_on_fake_cpu(),
+        unpacked_dry_run_batches(),
+    ):
         mesh = init_device_mesh("cpu", (world_size,))  # outside fake mode: it reads rank ids
         model = _on_meta(build(), shard)
         with FakeTensorMode(allow_non_fake_inputs=True):
@@ -414,7 +421,9 @@ def estimate_rank(
 ) -> RankReport:
     """One rank's step of ``workload`` (its batch per GPU) under ``shard`` and ``strategy``, in
     the workload's precision (``Sharding``), with its training loop's loss. ``options`` go to
-    ``rank_step`` (``limit_bytes``, ``tracked_context``, ``reduce_dtype``: FSDP2's under amp-*)."""
+    ``rank_step`` (``limit_bytes``, ``tracked_context``, ``reduce_dtype``: FSDP2's under amp-*;
+    ``kept``: a language model's activations alive at the loss, by region, filled in from the
+    tracked step, as ``estimator.train_step`` fills them for one GPU)."""
     sharding = Sharding(world_size, shard, options.pop("reduce_dtype", "fp32"))
     sharding.check(workload)
     if strategy.gpu_only:
@@ -422,10 +431,14 @@ def estimate_rank(
     loss_fn: Callable[..., torch.Tensor] = nn.CrossEntropyLoss()
     if workload.is_language_model:
         loss_fn = language_model_loss(workload)
+    build: Callable[[], nn.Module] = functools.partial(build_model, workload)
+    kept = options.pop("kept", None)
+    if kept is not None and workload.is_language_model:
+        build, loss_fn = _recording_kept(build, loss_fn, kept)
     autocast = sharding.autocast(workload)
     wrap = autocast.checkpoint_context_fn if autocast is not None else None
     return rank_step(
-        functools.partial(build_model, workload),
+        build,
         repeated_blocks,
         lambda model: batch_for(workload, model, "cpu"),
         loss_fn,
@@ -440,6 +453,26 @@ def estimate_rank(
     )
 
 
+def _recording_kept(
+    build: Callable[[], nn.Module],
+    loss_fn: Callable[..., torch.Tensor],
+    kept: KeptForBackward,
+) -> tuple[Callable[[], nn.Module], Callable[..., torch.Tensor]]:
+    """``build`` and ``loss_fn`` that fill ``kept`` at each step's loss (``recording_regions``,
+    its hooks put on the model before ``fully_shard`` wraps it; the tracked step's stays)."""
+    recording: dict[str, Callable[..., torch.Tensor]] = {}
+
+    def built() -> nn.Module:
+        model = build()
+        recording["loss"], _ = recording_regions(model, repeated_blocks(model), loss_fn, kept)
+        return model
+
+    def loss(outputs: Any, targets: torch.Tensor) -> torch.Tensor:
+        return recording["loss"](outputs, targets)
+
+    return built, loss
+
+
 def rank_dry_run(
     workload: Workload,
     strategy: Strategy,
@@ -448,6 +481,7 @@ def rank_dry_run(
     *,
     limit_bytes: int | None = None,
     record_allocations: bool = True,
+    kept: KeptForBackward | None = None,
 ) -> tuple[StepReport, GpuRun]:
     """``estimate_rank`` as the single-GPU pipeline takes a dry run: ``estimator.train_step``'s
     report (the breakdown gains ``BUFFER_CATEGORIES``; FLOPs counted) and what ``gpu_step.gpu_run``
@@ -467,6 +501,7 @@ def rank_dry_run(
             reduce_dtype=sharding.reduce_dtype,
             limit_bytes=limit_bytes,
             tracked_context=lambda: _entered(flops, roofline),
+            kept=kept,
         )
     seconds = roofline.seconds if isinstance(roofline, StepRoofline) else None
     step = StepReport(

@@ -8,7 +8,7 @@ them in the format of ``torch.cuda.memory._dump_snapshot`` (a dict of ``segments
 opens and ``torch.cuda._memory_viz`` renders (``segsum``, ``trace``, ``segments``, ``memory``,
 ``trace_plot``). It is a prediction: the addresses are the emulation's, no stack frames were
 recorded (each entry's one frame says what asked: the state before the step, step 1, step 2,
-cuBLAS's workspace), and there are no timestamps.
+cuBLAS's workspace), and there are no timestamps. On N GPUs (``--gpus``) it is rank 0's step.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from tutorial_utils.checkpointing.strategy import Strategy
     from tutorial_utils.estimate.card import Card
     from tutorial_utils.estimate.estimator import Workload
+    from tutorial_utils.estimate.sharded import Sharding
 
 __all__ = ["ADDRESS_BASE", "snapshot", "write_snapshot", "write_step_snapshot"]
 
@@ -135,16 +136,23 @@ def write_step_snapshot(
     path: str | Path,
     *,
     model: nn.Module | None = None,
+    sharding: Sharding | None = None,
 ) -> Path:
     """Dry-run one step of ``workload`` under ``strategy`` as ``estimate`` does (the card's
-    attention kernels; ``model``: one already built on meta) and write its replay through the
-    card's allocator to ``path`` (``write_snapshot``)."""
+    attention kernels; ``model``: one already built on meta; ``sharding``: rank 0's step of N
+    GPUs, ``sharded.rank_dry_run``) and write its replay through the card's allocator to
+    ``path`` (``write_snapshot``)."""
     from tutorial_utils.estimate.estimator import build_model, train_step
     from tutorial_utils.estimate.gpu_step import as_gpu_runs
 
-    model = model if model is not None else build_model(workload)
-    with as_gpu_runs(card):
-        report = train_step(model, workload, strategy, record_allocations=True)
+    if sharding is not None:
+        from tutorial_utils.estimate.sharded import rank_dry_run
+
+        report = rank_dry_run(workload, strategy, sharding, card, record_allocations=True)[0]
+    else:
+        model = model if model is not None else build_model(workload)
+        with as_gpu_runs(card):
+            report = train_step(model, workload, strategy, record_allocations=True)
     assert report.allocations is not None
     replayed = replay(
         report.allocations,

@@ -62,7 +62,8 @@ ALLOCATOR_COLUMNS = columns_of(AllocatorRow)
 
 
 def cublas_workspace_bytes(device: torch.device) -> int:
-    """cuBLAS's workspace per thread on ``device`` under the installed torch (the GPU table)."""
+    """cuBLAS's workspace on ``device`` under the installed torch (the GPU table; per call or
+    per thread, as its rule says)."""
     return table_workspace_bytes(torch.cuda.get_device_capability(device))
 
 
@@ -152,8 +153,8 @@ def allocator_section(budget: Budget) -> Outcome:
     rows = allocator_rows(torch.device("cuda"))
     notes = [
         "Predicted: the step's dry run, its allocations and frees replayed through "
-        "tutorial_utils.measurement.allocator (baseline, then two steps; cuBLAS workspaces per "
-        "thread). Measured: the second of two real steps after the allocator was emptied. "
+        "tutorial_utils.measurement.allocator (baseline, then two steps; cuBLAS workspaces as "
+        "the installed torch takes them: tutorial_utils/gpus.py's CUBLAS_RULES). Measured: the second of two real steps after the allocator was emptied. "
         "Outside the allocator: total - free - reserved at its end, i.e. the CUDA context and "
         "anything else on the device (compare with the quoted context in estimate/card.py)."
     ]

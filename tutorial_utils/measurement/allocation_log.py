@@ -36,8 +36,8 @@ class TraceEntry(NamedTuple):
 
 class AllocationEvent(NamedTuple):
     """One request of a step, in order: a storage of ``nbytes`` allocated or freed (``key`` names
-    it), or a thread's first matrix multiplication (``key`` 0: the calling thread; 1: autograd's
-    backward thread), which takes a cuBLAS workspace."""
+    it), or a cuBLAS call (``key``: its thread, 0 the calling one, 1 autograd's backward thread),
+    which takes a cuBLAS workspace (the call's, or its thread's: ``allocator.replay``)."""
 
     kind: EventKind
     key: int

@@ -40,8 +40,13 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-from tutorial_utils.gpus import cublas_workspace_bytes
+from tutorial_utils.gpus import (
+    cublas_workspace_bytes,
+    cublas_workspace_per_call,
+    cublaslt_workspace_bytes,
+)
 from tutorial_utils.measurement.allocation_log import (
     AllocationEvent,
     AllocationLog,
@@ -436,6 +441,7 @@ def replay(
     workspace_bytes: int | None = None,
     steps: int = 2,
     record_trace: bool = False,
+    workspace_per_call: bool | None = None,
 ) -> AllocatorPrediction:
     """The log's baseline once, then its step ``steps`` times, through one ``CachingAllocator``.
 
@@ -443,10 +449,15 @@ def replay(
     does; what the first step allocated and still held at its end (gradients, the loss) is freed
     between steps, as ``zero_grad(set_to_none=True)`` and a new loss do. cuBLAS workspaces
     (``workspace_bytes``; None: the installed torch's with no GPU named, ``tutorial_utils.gpus``)
-    are taken once per thread and kept. With ``record_trace`` each request is labelled "before
-    the step", "step 1", ... (or "cuBLAS workspace") and the allocator is kept for a snapshot."""
+    are taken by each cuBLAS call and given back after it, a cuBLASLt call's once per thread and
+    kept (``workspace_per_call``; None: as the installed torch does), or either library's once
+    per thread and kept. With ``record_trace`` each request is
+    labelled "before the step", "step 1", ... (or "cuBLAS workspace") and the allocator is kept
+    for a snapshot."""
     allocator = CachingAllocator(capacity_bytes, expandable_segments, record_trace=record_trace)
-    workspace = cublas_workspace_bytes(None) if workspace_bytes is None else workspace_bytes
+    size = cublas_workspace_bytes(None) if workspace_bytes is None else workspace_bytes
+    per_call = cublas_workspace_per_call() if workspace_per_call is None else workspace_per_call
+    workspace = _Workspace(size, per_call, cublaslt_workspace_bytes() if per_call else size)
     live: dict[int, Block] = {}
     workspaces: dict[int, Block] = {}
     out_of_memory = False
@@ -472,12 +483,21 @@ def replay(
     )
 
 
+class _Workspace(NamedTuple):
+    """cuBLAS's workspace: its size, whether each call takes it (else each thread, kept), and
+    what a thread's cuBLASLt calls keep where cuBLAS's are per call."""
+
+    nbytes: int
+    per_call: bool
+    lt_bytes: int
+
+
 def _run(
     allocator: CachingAllocator,
     events: Iterable[AllocationEvent],
     live: dict[int, Block],
     workspaces: dict[int, Block],
-    workspace_bytes: int,
+    workspace: _Workspace,
 ) -> None:
     for kind, key, nbytes in events:
         if kind == "malloc":
@@ -487,7 +507,21 @@ def _run(
             block = live.pop(key, None)
             if block is not None:  # None: a baseline storage the first step already freed
                 allocator.free(block)
-        elif key not in workspaces:
-            label, allocator.label = allocator.label, "cuBLAS workspace"
-            workspaces[key] = allocator.malloc(workspace_bytes)
-            allocator.label = label
+        else:
+            _take_workspace(allocator, key, workspaces, workspace)
+
+
+def _take_workspace(
+    allocator: CachingAllocator, key: int, workspaces: dict[int, Block], workspace: _Workspace
+) -> None:
+    """A cuBLAS call's workspace (``key``: its thread, plus 2 on cuBLASLt): its own, freed as it
+    returns, or its thread's, taken once and kept."""
+    thread, cublaslt = key % 2, key >= 2
+    label, allocator.label = allocator.label, "cuBLAS workspace"
+    if workspace.per_call and not cublaslt:
+        allocator.free(allocator.malloc(workspace.nbytes))
+    elif not workspace.per_call and thread not in workspaces:  # either library's, shared
+        workspaces[thread] = allocator.malloc(workspace.nbytes)
+    elif workspace.per_call and key not in workspaces:
+        workspaces[key] = allocator.malloc(workspace.lt_bytes)
+    allocator.label = label

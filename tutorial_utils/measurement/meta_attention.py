@@ -12,7 +12,9 @@ Two things differ on the meta device unless they are dealt with:
 * **Data-dependent checks.** ``transformers`` looks at the *values* of position ids to detect
   packed sequences (``(mask[:, -1] == 0).all()``); a meta tensor has no values. A dry run's batch
   is unpacked (one sequence per row, positions 0..s-1), for which the check answers "not packed":
-  ``unpacked_batches_on_meta`` gives that answer for meta tensors and asks the real check for all
+  ``unpacked_dry_run_batches`` gives that answer for meta tensors and fake tensors (N GPUs'
+  dry runs, ``estimate.sharded``; ``transformers`` takes a fake tensor for tracing and would
+  build an explicit causal mask that a real step does not) and asks the real check for all
   others. A padding ``attention_mask`` is checked by value too; dry runs pass none (no padding).
 
 Code that reads values for its own decisions (``if h.mean().item() > 0``, ``.tolist()``,
@@ -40,7 +42,7 @@ __all__ = [
     "dry_run_context",
     "DryRunCannotFollow",
     "FLASH",
-    "unpacked_batches_on_meta",
+    "unpacked_dry_run_batches",
 ]
 
 FLASH = SDPBackend.FLASH_ATTENTION.value
@@ -112,16 +114,20 @@ def cpu_attention_on_meta() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def unpacked_batches_on_meta() -> Iterator[None]:
-    """``transformers``' packed-sequence check answers "not packed" for meta position ids."""
+def unpacked_dry_run_batches() -> Iterator[None]:
+    """``transformers``' packed-sequence check answers "not packed" for meta and fake position
+    ids (a dry run's: no values), as it does for a real unpacked batch."""
     masking: Any = sys.modules.get("transformers.masking_utils")  # patched: typed loosely
     if masking is None:  # transformers not imported: nothing to answer for
         yield
         return
+    from torch._subclasses.fake_tensor import FakeTensor
+
     original = masking.find_packed_sequence_indices
 
     def find_packed_sequence_indices(position_ids: torch.Tensor) -> torch.Tensor | None:
-        return None if position_ids.device.type == "meta" else original(position_ids)
+        shapes_only = position_ids.device.type == "meta" or isinstance(position_ids, FakeTensor)
+        return None if shapes_only else original(position_ids)
 
     masking.find_packed_sequence_indices = find_packed_sequence_indices
     try:
@@ -163,5 +169,5 @@ def values_explained() -> Iterator[None]:
 def dry_run_context() -> Iterator[None]:
     """All of the above: a meta step of a transformer takes a CPU step's path, and a model that
     reads values says why a dry run cannot follow it."""
-    with values_explained(), unpacked_batches_on_meta(), cpu_attention_on_meta():
+    with values_explained(), unpacked_dry_run_batches(), cpu_attention_on_meta():
         yield

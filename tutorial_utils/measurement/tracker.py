@@ -13,9 +13,10 @@ and without the memory, but no time.
 
 What it cannot see: scratch memory a kernel allocates internally and frees before returning
 (im2col buffers, cuDNN workspaces). On CUDA those are in ``max_memory_allocated`` but not
-here; ``scripts/gpu_check.py`` measures the difference. cuBLAS's workspace, taken once per thread
-and kept, is marked in the allocation events (``record_allocations``), which
-``measurement.allocator`` replays through the CUDA caching allocator's rules.
+here; ``scripts/gpu_check.py`` measures the difference. Each cuBLAS call (and its thread) is
+marked in the allocation events (``record_allocations``), which ``measurement.allocator``
+replays through the CUDA caching allocator's rules, cuBLAS's workspace as the installed torch
+takes it (per call, or once per thread and kept: ``tutorial_utils.gpus.CUBLAS_RULES``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import time
 import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal, NamedTuple, get_args
+from typing import Any, Literal, NamedTuple, get_args
 
 import torch
 import torch.nn as nn
@@ -64,7 +65,7 @@ StorageKind = Literal["state", "grad", ""]
 # ``max_memory_allocated`` counts those block sizes.
 CUDA_BLOCK_BYTES = 512
 
-# Ops that run through cuBLAS on CUDA: the first in a thread takes that thread's workspace.
+# Ops that run through cuBLAS on CUDA: each takes a workspace (per call, or its thread's).
 _aten = torch.ops.aten
 CUBLAS_OPS = frozenset(
     {
@@ -76,6 +77,26 @@ CUBLAS_OPS = frozenset(
         _aten._addmm_activation.default,
     }
 )
+
+
+def runs_on_cublaslt(func: Any, args: tuple, kwargs: dict) -> bool:
+    """Whether CUDA's ``addmm`` runs this call through cuBLASLt with the bias in its epilogue
+    (``aten/src/ATen/native/cuda/Blas.cpp``, ``isInputCompliesAddmmCudaLt`` on CUDA 12.1 and
+    later): beta 1, a contiguous bias of one dimension (squeezed) as wide as the output, or a 2-D
+    one with a fused activation, a floating dtype, every matrix side above 1."""
+    if func not in (_aten.addmm.default, _aten._addmm_activation.default):
+        return False
+    bias, mat1, mat2 = args[:3]
+    beta = kwargs.get("beta", args[3] if len(args) > 3 else 1)
+    fused = func is _aten._addmm_activation.default
+    one_dim = bias.is_contiguous() and (bias.dim() == 1 or bias.squeeze().dim() == 1)
+    fusable = (one_dim and bias.shape[-1] == mat2.shape[1]) or (fused and bias.dim() == 2)
+    return (
+        beta == 1
+        and fusable
+        and mat1.dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16)
+        and min(*mat1.shape, *mat2.shape) > 1
+    )
 
 
 class TimelineEvent(NamedTuple):
@@ -199,7 +220,6 @@ class TensorMemoryTracker(TorchDispatchMode):
         self.limit_bytes = limit_bytes
         self.round_to_blocks = round_to_blocks
         self.allocations: AllocationLog | None = AllocationLog() if record_allocations else None
-        self._cublas_threads: set[int] = set()
         self.timeline: list[TimelineEvent] = []
         self.category_timeline: list[dict[str, int]] = []
         self.phase_peak_bytes: dict[str, int] = {}
@@ -328,13 +348,13 @@ class TensorMemoryTracker(TorchDispatchMode):
             self.peak_bytes = self.current_bytes
             self._live_at_peak = {entry.serial: entry.nbytes for entry in self._live.values()}
 
-    def _note_cublas(self, phase: Phase) -> None:
-        """The first cuBLAS op of a thread takes its workspace (after the op's output)."""
+    def _note_cublas(self, phase: Phase, cublaslt: bool) -> None:
+        """A cuBLAS op takes a workspace (after the op's output): its own for the call, or its
+        thread's, taken by the thread's first and kept, as the replay's rule says
+        (``AllocationEvent``'s key: the thread, plus 2 where cuBLASLt runs it)."""
         thread = 1 if phase in ("backward", "recompute") else 0
-        if thread not in self._cublas_threads:
-            self._cublas_threads.add(thread)
-            assert self.allocations is not None
-            self.allocations.events.append(AllocationEvent("workspace", thread))
+        assert self.allocations is not None
+        self.allocations.events.append(AllocationEvent("workspace", thread + 2 * cublaslt))
 
     def _check_limit(self) -> None:
         if self.limit_bytes is not None and self.current_bytes > self.limit_bytes:
@@ -407,7 +427,7 @@ class TensorMemoryTracker(TorchDispatchMode):
                 else:
                     self._register(storage)
             if self.allocations is not None and func in CUBLAS_OPS:
-                self._note_cublas(phase)
+                self._note_cublas(phase, runs_on_cublaslt(func, args, kwargs))
             self._after_op(phase)
             if self.record_timeline:
                 elapsed = time.perf_counter() - self._started
