@@ -8,6 +8,8 @@ from tutorial_utils.estimate.card import parse_card
 from tutorial_utils.estimate.estimator import Workload, build_model
 from tutorial_utils.estimate.strategies import parse_strategy
 
+pytestmark = pytest.mark.slow  # tens of seconds: started early, beside the notebooks
+
 LAYERS = 11  # 3, 4, 5 blocks dry-run (none: 5, 6, 7; every 2nd: 6, 8, 10), written out to 11
 
 

@@ -12,6 +12,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
 import validation_table  # noqa: E402
 
+pytestmark = pytest.mark.slow  # tens of seconds: started early, beside the notebooks
+
 TEXT = validation_table.DOC.read_text()
 TIME = (validation_table.TIME_BEGIN, validation_table.TIME_END)
 
