@@ -326,6 +326,17 @@ def assert_no_error_outputs(page, when: str) -> None:
     assert not errors, f"error output {when}:\n" + "\n---\n".join(t[-2000:] for t in errors)
 
 
+def run_all_and_check(page, lab: LabServer, notebook: Path) -> list[str]:
+    """Clear every output, Run All, then what nbval would report on the saved run (errors
+    shown on the page fail at once)."""
+    click_menu(page, "Edit", "Clear Outputs of All Cells")
+    page.wait_for_function(OUTPUTS_CLEARED_JS)
+    click_menu(page, "Run", "Run All Cells")
+    page.wait_for_function(RUN_ALL_DONE_JS, timeout=RUN_ALL_TIMEOUT_S * 1000, polling=500)
+    assert_no_error_outputs(page, "after Run All Cells")
+    return saved_run_problems(notebook, save_and_read(page, lab, notebook))
+
+
 def save_and_read(page, lab: LabServer, notebook: Path) -> dict:
     """Save the notebook as a reader does (Ctrl+S) and read back what JupyterLab wrote."""
     path = f"/api/contents/{urllib.parse.quote(notebook.name)}"
@@ -437,13 +448,14 @@ def test_notebook_runs_and_its_widgets_respond(chromium_browser, lab, notebook: 
             )  # a loaded machine renders the saved widgets slowly
             shown_as_text = page.evaluate(WIDGET_REPR_JS)
             assert not shown_as_text, f"saved panels shown as text on open: {shown_as_text[:2]}"
-        click_menu(page, "Edit", "Clear Outputs of All Cells")
-        page.wait_for_function(OUTPUTS_CLEARED_JS)
-        click_menu(page, "Run", "Run All Cells")
-        page.wait_for_function(RUN_ALL_DONE_JS, timeout=RUN_ALL_TIMEOUT_S * 1000, polling=500)
+        problems = run_all_and_check(page, lab, notebook)
         run_all_s = time.monotonic() - started
-        assert_no_error_outputs(page, "after Run All Cells")
-        problems = saved_run_problems(notebook, save_and_read(page, lab, notebook))
+        if problems and all(problem.endswith("did not run") for problem in problems):
+            # JupyterLab now and then runs none of a few collapsed cells on Run All, the rest all
+            # run (a fresh-clone run: 07's three hidden solutions, 18 s of work, never started):
+            # once more, and only for that
+            print(f"{notebook.name}: Run All left {', '.join(problems)}; running all again")
+            problems = run_all_and_check(page, lab, notebook)
         assert not problems, "\n".join(problems)
 
         assert page.locator(".widget-slider").count(), "no ipywidgets slider rendered"
