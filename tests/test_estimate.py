@@ -474,30 +474,6 @@ def test_a_search_from_the_table_dry_run_finds_the_same_edge(tiny_config):
         assert from_table[1] <= from_two_runs[1]
 
 
-def test_the_command_keeps_bitsandbytes_out_of_a_bf16_lora_process_only():
-    """Alone in its process, a bf16 LoRA estimate never loads bitsandbytes (peft would, about a
-    second) and the LoRA model still builds; called in-process (tests, notebooks) nothing is
-    held back, so a later QLoRA in the same process still finds it."""
-    import subprocess
-    import sys
-
-    from tutorial_utils.estimate.building import import_model_libraries
-
-    check = (
-        "import sys\n"
-        "from tutorial_utils.estimate.building import build_model, import_model_libraries\n"
-        "from tutorial_utils.estimate.workload import Workload\n"
-        "w = Workload('hf:gpt2', batch=1, size=64, lora_rank=4)\n"
-        "import_model_libraries(w, alone=True)\n"
-        "build_model(w)\n"
-        "print(sys.modules.get('bitsandbytes', 'absent') is None)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)
-    assert done.stdout.split()[-1] == "True"
-    import_model_libraries(Workload("hf:gpt2", batch=1, size=64, lora_rank=4))
-    assert sys.modules.get("bitsandbytes", "absent") is not None
-
-
 def test_the_loss_sets_the_copies_of_the_logits_the_step_holds(tiny_config):
     """``--loss``: transformers 4.48's loss holds one more fp32 copy of the shifted logits than
     today's, and a loss on the bf16 logits holds no fp32 copy (the logits dominate here)."""

@@ -330,9 +330,7 @@ def estimate_workload(args: argparse.Namespace):
     return workload, strategies
 
 
-def run_estimate(args: argparse.Namespace, *, alone: bool = False) -> int:
-    """``estimate``; ``alone``: the process runs only this command (it may then leave out
-    libraries the workload does not use; see ``import_model_libraries``)."""
+def run_estimate(args: argparse.Namespace) -> int:
     from tutorial_utils.estimate.card import parse_card
 
     card = parse_card(  # bad sizes end here, before torch loads
@@ -349,7 +347,7 @@ def run_estimate(args: argparse.Namespace, *, alone: bool = False) -> int:
 
     from tutorial_utils.estimate.building import import_model_libraries
 
-    import_model_libraries(workload, alone=alone)  # apart from the dry runs' time
+    import_model_libraries(workload)  # apart from the dry runs' time
     print(f"building {workload.model} on the meta device...", file=sys.stderr, flush=True)
     result = estimate(workload, strategies, card, search=False, jobs=args.jobs, sharding=sharding)
     if not args.json:
@@ -453,7 +451,6 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The command line; ``argv`` None: this process's own (it then runs nothing else)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     check_sizes(parser, args)
@@ -461,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "train":
             return run_train(args)
         if args.command == "estimate":
-            return run_estimate(args, alone=argv is None)
+            return run_estimate(args)
         from tutorial_utils.bench import bench_main
 
         return bench_main(image_size=args.image_size, batch_size=args.batch_size)

@@ -52,21 +52,13 @@ def load_config(name: str):
     )
 
 
-def import_model_libraries(workload: Workload, *, alone: bool = False) -> None:
+def import_model_libraries(workload: Workload) -> None:
     """Import what ``build_model`` will need (transformers, peft; torchvision), so that the
-    command times its dry runs apart from its imports.
-
-    ``alone``: this process builds only this workload (the command line). peft then imports
-    bitsandbytes only if a 4-bit workload needs it: peft loads it whenever it is installed
-    (about 0.9 s here), and a bf16 LoRA step never touches it."""
-    import sys
-
+    command times its dry runs apart from its imports."""
     if workload.model.startswith("torchvision:"):
         import torchvision  # noqa: F401
 
         return
-    if alone and workload.precision != QLORA and "bitsandbytes" not in sys.modules:
-        sys.modules["bitsandbytes"] = None  # type: ignore[assignment]  # Python: "not installed"
     import transformers  # noqa: F401
     from transformers import AutoModelForCausalLM  # noqa: F401
 
