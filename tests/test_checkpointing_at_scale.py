@@ -126,8 +126,9 @@ def test_a_failing_rank_comes_back_as_its_own_error_not_the_launchers(tmp_path):
     assert f"torchrun --standalone --nproc-per-node 2 {broken}" in message
     exits = tmp_path / "exits.py"
     exits.write_text("raise SystemExit('no ranks here')\n")
-    with pytest.raises(RankError, match="torchrun exited with"):
+    with pytest.raises(RankError, match="torchrun exited with") as error:
         rank_report(exits, "--width 16 --depth 1 --batch 4".split())
+    assert "exitcode  : 1" in str(error.value)  # no rank raised: torchrun's own account
 
 
 def test_the_examples_are_found_and_shown_as_python():
