@@ -144,11 +144,16 @@ def predict_allocator(log: AllocationLog, card: Card) -> AllocatorPrediction:
     """The step replayed through the card's caching allocator (two steps: the second on the
     first's cache). Where it runs out of memory, the peaks are those it would need (replayed
     without a limit), so the margin says by how much it misses."""
-    bounded = _replayed(log, card)(capacity_bytes=card.budget_bytes)
+    bounded = _bounded_replay(log, card)
     if bounded.fits:
         return bounded
     needed = _replayed(log, card)()
     return dataclasses.replace(needed, capacity_bytes=card.budget_bytes, out_of_memory=True)
+
+
+def _bounded_replay(log: AllocationLog, card: Card) -> AllocatorPrediction:
+    """The step replayed within the card's budget (``fits`` False where it runs out)."""
+    return _replayed(log, card)(capacity_bytes=card.budget_bytes)
 
 
 def _replayed(log: AllocationLog, card: Card) -> Callable[..., AllocatorPrediction]:
@@ -422,9 +427,18 @@ def largest_fit(
             what = f"{units * unit:,} tokens" if lm else f"batch {units}"
             progress(f"  {strategy.name}: trying {what}")
         if card is not None and sharding is None and SHORTCUT_BLOCKS:
-            outcome = _outcome(model, sized(units), card, None, strategy)
-            if not isinstance(outcome, str):
-                return outcome[1].fits
+            from tutorial_utils.estimate.block_shortcut import estimate_outcome
+
+            shortcut = estimate_outcome(
+                model,
+                sized(units),
+                card,
+                strategy,
+                train_step=train_step,
+                predict_allocator=_bounded_replay,
+            )
+            if shortcut is not None:  # else a dry run that stops at the budget, below
+                return shortcut[1].fits
         try:
             report = trial(
                 sized(units), limit_bytes=budget_bytes, record_allocations=card is not None
@@ -453,7 +467,7 @@ def largest_fit(
 
 def _replay_fits(report: StepReport, card: Card) -> bool:
     assert report.allocations is not None
-    return _replayed(report.allocations, card)(capacity_bytes=card.budget_bytes).fits
+    return _bounded_replay(report.allocations, card).fits
 
 
 def dry_run_and_real_step(
